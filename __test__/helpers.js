@@ -1,0 +1,26 @@
+const path = require('node:path')
+const { LlamaEngine } = require('..')
+
+const MODELS = process.env.LLAMA_ENGINE_MODELS_DIR || path.join(__dirname, '..', 'models')
+const model = (name) => path.join(MODELS, name)
+const TARGET = model('SmolLM2-135M-Instruct.Q4_1.gguf')
+const DRAFT = model('SmolLM2-135M-Instruct.Q2_K.gguf')
+const F16 = model('SmolLM2-135M-Instruct.F16.gguf')
+const GEMMA = model('gemma-3-270m-q4_k_m.gguf')
+
+function chat(user) {
+  return `<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`
+}
+
+/** Runs a completion and collects its events. */
+async function run(engine, request, signal) {
+  const events = []
+  const result = await engine.complete(request, (e) => events.push(e), signal)
+  return { events, result, tokens: events.flatMap((e) => (e.type === 'token' ? e.tokens : [])) }
+}
+
+function loadTarget(extra = {}) {
+  return LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: 2, ...extra })
+}
+
+module.exports = { LlamaEngine, TARGET, DRAFT, F16, GEMMA, MODELS, chat, run, loadTarget }

@@ -1,0 +1,185 @@
+// Public types of llama-engine (CONTRACT.md §2–§4). The native layer's own
+// generated types are in binding.d.ts; this file is the surface users see.
+
+export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INTERNAL'
+
+/** Every rejection and throw of the engine is an Error with one of these codes. */
+export interface LlamaEngineError extends Error {
+  code: ErrorCode
+}
+
+export interface EngineOptions {
+  modelPath: string
+  /** Draft model for speculative decoding (same vocabulary as the target). */
+  draftModelPath?: string
+  /** Default 4096, capped at the model's training context. */
+  contextSize?: number
+  /** Default 512. */
+  batchSize?: number
+  /** Default: available parallelism. */
+  threads?: number
+  /** Default 0 on a CPU-only build. */
+  gpuLayers?: number
+  draftGpuLayers?: number
+  /** Model loading progress, 0..1. */
+  onProgress?: (fraction: number) => void
+  /** Dynamic n-gram cache: loaded if present. */
+  ngramCachePath?: string
+  /** Read-only n-gram cache (llama.cpp lookup format). */
+  staticNgramCachePath?: string
+}
+
+export type SpeculativeMode = 'auto' | 'off' | 'draft' | 'ngram' | 'ngram+draft'
+
+export interface SpeculativeOptions {
+  /** Default "auto". */
+  mode?: SpeculativeMode
+  /** Most tokens drafted per step (0..64, default 16). */
+  n_max?: number
+  /** Drafts shorter than this are dropped (default 0). */
+  n_min?: number
+  /** The draft model stops drafting below this confidence (default 0.75). */
+  p_min?: number
+  /** Tune the draft length from measured costs (default true). */
+  adaptive?: boolean
+  /** Draft tree branches, 1..8 (1 = a single chain). */
+  n_parallel?: number
+  /** Probability above which a branch splits (default 0.1). */
+  p_split?: number
+}
+
+export interface CompletionRequest {
+  /** A string, or an array mixing strings and token ids. */
+  prompt: string | Array<string | number>
+  /** Tokens to generate; -1 (default) = until end of generation or a full context. */
+  n_predict?: number
+  /** Default 0.8; <= 0 means greedy. */
+  temperature?: number
+  top_k?: number
+  top_p?: number
+  min_p?: number
+  typical_p?: number
+  repeat_last_n?: number
+  repeat_penalty?: number
+  presence_penalty?: number
+  frequency_penalty?: number
+  mirostat?: 0 | 1 | 2
+  mirostat_tau?: number
+  mirostat_eta?: number
+  /** -1 or absent = random. */
+  seed?: number
+  n_keep?: number
+  stop?: string[]
+  ignore_eos?: boolean
+  logit_bias?: Array<[number, number | false]> | Record<string, number | false>
+  n_probs?: number
+  /** GBNF grammar. */
+  grammar?: string
+  json_schema?: object | boolean | string
+  /** Default true. */
+  cache_prompt?: boolean
+  speculative?: SpeculativeOptions
+}
+
+export interface TokenProbability {
+  id: number
+  piece: string
+  prob: number
+}
+
+export interface GeneratedToken {
+  id: number
+  piece: string
+  source: 'target' | 'draft' | 'ngram'
+  probs?: TokenProbability[]
+}
+
+export interface TokenEvent {
+  type: 'token'
+  /** Text safe to show: whole UTF-8 characters, stop-string prefixes held back. */
+  content: string
+  tokens: GeneratedToken[]
+  /** Drafted in this step. */
+  n_drafted: number
+  /** Accepted in this step. */
+  n_accepted: number
+}
+
+export interface Timings {
+  prompt_n: number
+  prompt_ms: number
+  prompt_per_token_ms: number
+  prompt_per_second: number
+  predicted_n: number
+  predicted_ms: number
+  predicted_per_token_ms: number
+  predicted_per_second: number
+}
+
+export interface SpeculativeStats {
+  mode: string
+  n_drafted: number
+  n_accepted: number
+  acceptance_rate: number
+  target_passes: number
+  draft_ms: number
+  drafters: Record<string, { n_drafted: number; n_accepted: number }>
+}
+
+export interface CompletionResult {
+  content: string
+  stop: true
+  model: string
+  tokens_predicted: number
+  tokens_evaluated: number
+  tokens_cached: number
+  truncated: boolean
+  stopped_eos: boolean
+  stopped_word: boolean
+  stopped_limit: boolean
+  stopped_abort: boolean
+  stopping_word: string
+  generation_settings: Record<string, unknown>
+  timings: Timings
+  speculative: SpeculativeStats
+  /** When n_probs > 0: the legacy `[{ content, probs: [{ tok_str, prob }] }]`. */
+  completion_probabilities?: Array<{ content: string; probs: Array<{ tok_str: string; prob: number }> }>
+}
+
+export type DoneEvent = { type: 'done' } & CompletionResult
+export type CompletionEvent = TokenEvent | DoneEvent
+
+export interface EngineStatus {
+  queued: number
+  busy: boolean
+  disposed: boolean
+  model?: string
+  draftModel?: string | null
+  contextSize?: number
+  trainContextSize?: number
+  batchSize?: number
+  threads?: number
+  vocabSize?: number
+  tokensCached?: number
+}
+
+export declare class LlamaEngine {
+  private constructor(native: unknown)
+  static load(options: EngineOptions): Promise<LlamaEngine>
+  tokenize(text: string, options?: { addBos?: boolean; special?: boolean }): number[]
+  detokenize(tokens: number[]): string
+  complete(
+    request: CompletionRequest | string,
+    onEvent?: ((event: CompletionEvent) => void) | null,
+    signal?: AbortSignal | null,
+  ): Promise<CompletionResult>
+  stream(request: CompletionRequest | string, signal?: AbortSignal | null): AsyncIterableIterator<CompletionEvent>
+  /** Stops the request that is running now. */
+  cancel(): void
+  status(): EngineStatus
+  /** Frees models and contexts now, not at GC. */
+  dispose(): Promise<void>
+}
+
+/** Re-quantizes a GGUF model with llama.cpp's quantizer. */
+export declare function quantizeModel(input: string, output: string, ftype: 'Q2_K' | 'Q4_1' | 'Q8_0' | 'F16'): Promise<void>

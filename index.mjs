@@ -1,0 +1,8 @@
+// ESM entry: the same objects as the CommonJS entry.
+import { createRequire } from 'node:module'
+
+const require = createRequire(import.meta.url)
+const cjs = require('./index.js')
+
+export const { LlamaEngine, quantizeModel } = cjs
+export default cjs

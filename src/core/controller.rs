@@ -1,0 +1,305 @@
+//! How many tokens to draft next. Speculation only pays when the tokens it
+//! gains are worth more than the extra cost of drafting and of verifying a
+//! bigger batch, and on a CPU a batch of k tokens costs far more than one
+//! (k=2 ≈ 1.7x, k=8 ≈ 3.9x). So the controller keeps measured costs — the
+//! target's batch cost per size, the drafter's cost per token — and the
+//! acceptance seen at each draft position, and picks the draft length with
+//! the best expected tokens per millisecond. Zero (plain decoding) is one of
+//! the choices; while it wins, a cheap probe now and then keeps the
+//! acceptance estimate fresh, with a back-off so probing stays rare.
+
+/// Decay of the running estimates: about the last 30 observations matter.
+const DECAY: f64 = 0.97;
+const PROBE_MIN: usize = 4;
+const PROBE_MAX: usize = 64;
+
+/// The target's cost to decode a batch of n tokens, n = 1..=max.
+#[derive(Debug, Clone)]
+pub struct BatchCost {
+    ms: Vec<Option<f64>>,
+}
+
+impl BatchCost {
+    pub fn new(max: usize) -> Self {
+        BatchCost { ms: vec![None; max + 1] }
+    }
+
+    pub fn max(&self) -> usize {
+        self.ms.len() - 1
+    }
+
+    /// Records a measured decode of `n` tokens.
+    pub fn observe(&mut self, n: usize, ms: f64) {
+        if n == 0 || n > self.max() || !ms.is_finite() || ms <= 0.0 {
+            return;
+        }
+        let slot = &mut self.ms[n];
+        *slot = Some(match *slot {
+            None => ms,
+            Some(old) => old * 0.8 + ms * 0.2,
+        });
+    }
+
+    pub fn is_calibrated(&self) -> bool {
+        self.ms.iter().filter(|m| m.is_some()).count() >= 2
+    }
+
+    /// Estimated cost of a batch of `n`: measured if we have it, otherwise
+    /// interpolated between the nearest measured sizes (or extrapolated from
+    /// the last two), never decreasing with n.
+    pub fn estimate(&self, n: usize) -> Option<f64> {
+        let n = n.clamp(1, self.max());
+        if let Some(v) = self.ms[n] {
+            return Some(v);
+        }
+        let known: Vec<(usize, f64)> = self.ms.iter().enumerate().filter_map(|(i, m)| m.map(|v| (i, v))).collect();
+        match known.len() {
+            0 => None,
+            1 => Some(known[0].1 * n as f64 / known[0].0 as f64),
+            _ => {
+                let below = known.iter().rev().find(|(i, _)| *i < n);
+                let above = known.iter().find(|(i, _)| *i > n);
+                let ((i0, v0), (i1, v1)) = match (below, above) {
+                    (Some(&b), Some(&a)) => (b, a),
+                    (None, _) => (known[0], known[1]),
+                    (Some(_), None) => (known[known.len() - 2], known[known.len() - 1]),
+                };
+                let slope = ((v1 - v0) / (i1 as f64 - i0 as f64)).max(0.0);
+                Some((v0 + slope * (n as f64 - i0 as f64)).max(known[0].1.min(v0)))
+            }
+        }
+    }
+}
+
+/// Running estimate for one drafter.
+#[derive(Debug, Clone)]
+pub struct DraftController {
+    n_max: usize,
+    adaptive: bool,
+    /// Cost of drafting one token (ms), running average.
+    draft_ms: Option<f64>,
+    /// Per draft position i (0-based): decayed count of drafts that reached
+    /// it and of those accepted there.
+    reached: Vec<f64>,
+    accepted: Vec<f64>,
+    /// Steps since the last draft, and how many to wait before probing.
+    idle: usize,
+    probe_every: usize,
+}
+
+impl DraftController {
+    /// `prior_accept` is the acceptance assumed before anything is measured.
+    pub fn new(n_max: usize, adaptive: bool, prior_accept: f64) -> Self {
+        let prior = prior_accept.clamp(0.0, 1.0);
+        DraftController {
+            n_max,
+            adaptive,
+            draft_ms: None,
+            // A weak prior (two pseudo-observations) that data quickly overrides.
+            reached: vec![2.0; n_max],
+            accepted: vec![2.0 * prior; n_max],
+            idle: 0,
+            probe_every: PROBE_MIN,
+        }
+    }
+
+    pub fn observe_draft_cost(&mut self, n_tokens: usize, ms: f64) {
+        if n_tokens == 0 || !ms.is_finite() || ms < 0.0 {
+            return;
+        }
+        let per = ms / n_tokens as f64;
+        self.draft_ms = Some(match self.draft_ms {
+            None => per,
+            Some(old) => old * 0.8 + per * 0.2,
+        });
+    }
+
+    /// A draft of `n_drafted` tokens had its first `n_accepted` accepted.
+    pub fn observe_acceptance(&mut self, n_drafted: usize, n_accepted: usize) {
+        for i in 0..n_drafted.min(self.n_max) {
+            self.reached[i] = self.reached[i] * DECAY + 1.0;
+            self.accepted[i] = self.accepted[i] * DECAY + if i < n_accepted { 1.0 } else { 0.0 };
+            if i >= n_accepted {
+                break; // positions after the first rejection were never judged
+            }
+        }
+    }
+
+    /// Probability that the token at draft position i is accepted given that
+    /// all before it were.
+    pub fn accept_rate(&self, i: usize) -> f64 {
+        if i >= self.n_max {
+            return 0.0;
+        }
+        // Positions rarely reached borrow the estimate of the one before.
+        let own = self.accepted[i] / self.reached[i].max(1e-9);
+        if i > 0 && self.reached[i] < 1.0 {
+            return self.accept_rate(i - 1).min(own.max(self.accept_rate(i - 1)));
+        }
+        own.clamp(0.0, 1.0)
+    }
+
+    /// Overall acceptance (accepted / drafted) the estimates imply at position 0.
+    pub fn first_accept_rate(&self) -> f64 {
+        self.accept_rate(0)
+    }
+
+    /// Expected tokens produced by a step that drafts k: the accepted run
+    /// plus the one token the target always adds.
+    pub fn expected_tokens(&self, k: usize) -> f64 {
+        let mut run = 1.0;
+        let mut total = 1.0;
+        for i in 0..k.min(self.n_max) {
+            run *= self.accept_rate(i);
+            total += run;
+        }
+        total
+    }
+
+    /// The draft length with the best expected throughput, and that
+    /// throughput relative to plain decoding. Without cost data it falls back
+    /// to the seeds' heuristic and drafts `n_max`.
+    pub fn plan(&self, costs: &BatchCost, draft_cost_ms: Option<f64>) -> (usize, f64) {
+        if !self.adaptive || self.n_max == 0 {
+            return (self.n_max, 1.0);
+        }
+        let (Some(t1), Some(cd)) = (costs.estimate(1), draft_cost_ms.or(self.draft_ms)) else {
+            return (self.n_max, 1.0);
+        };
+        let base = 1.0 / t1;
+        let mut best = (0usize, 1.0f64);
+        for k in 1..=self.n_max.min(costs.max().saturating_sub(1)) {
+            let Some(tv) = costs.estimate(k + 1) else { continue };
+            let rate = self.expected_tokens(k) / (tv + cd * k as f64);
+            let gain = rate / base;
+            if gain > best.1 {
+                best = (k, gain);
+            }
+        }
+        best
+    }
+
+    /// The length to draft this step. `available` caps it (what the drafter
+    /// can offer, the room left in the context, the tokens left to predict).
+    pub fn next_length(&mut self, costs: &BatchCost, available: usize) -> usize {
+        let (k, _) = self.plan(costs, None);
+        let k = k.min(available);
+        if k > 0 || !self.adaptive {
+            self.idle = 0;
+            return k;
+        }
+        // Not worth it now. Probe with a short draft once in a while, so a
+        // change in the text (a quoted passage, repetition) is noticed.
+        self.idle += 1;
+        if self.idle >= self.probe_every && available > 0 {
+            self.idle = 0;
+            self.probe_every = (self.probe_every * 2).min(PROBE_MAX);
+            return available.min(2);
+        }
+        0
+    }
+
+    /// A probe or draft showed speculation pays again: probe eagerly.
+    pub fn reset_backoff(&mut self) {
+        self.probe_every = PROBE_MIN;
+    }
+
+    pub fn draft_ms(&self) -> Option<f64> {
+        self.draft_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch costs measured on the 2-core reference machine (NOTES.md).
+    fn cpu_costs() -> BatchCost {
+        let mut c = BatchCost::new(17);
+        for (n, ms) in [(1, 7.9), (2, 14.5), (4, 21.0), (8, 33.5), (16, 62.0)] {
+            c.observe(n, ms);
+        }
+        c
+    }
+
+    #[test]
+    fn batch_cost_interpolates_and_extrapolates() {
+        let c = cpu_costs();
+        assert_eq!(c.estimate(2), Some(14.5));
+        let t3 = c.estimate(3).unwrap();
+        assert!(t3 > 14.5 && t3 < 21.0);
+        let t17 = c.estimate(17).unwrap();
+        assert!(t17 >= 62.0);
+        assert!(BatchCost::new(8).estimate(3).is_none());
+    }
+
+    #[test]
+    fn a_draft_model_nearly_as_slow_as_the_target_is_not_used() {
+        // Q2_K draft at 5.6 ms/token, 75 % acceptance: never pays on this CPU.
+        let mut c = DraftController::new(16, true, 0.75);
+        c.observe_draft_cost(1, 5.6);
+        for _ in 0..50 {
+            c.observe_acceptance(4, 3);
+        }
+        assert_eq!(c.plan(&cpu_costs(), None).0, 0);
+    }
+
+    #[test]
+    fn free_drafts_with_long_accepted_runs_are_used() {
+        // An n-gram drafter (cost ~0) whose drafts are almost always accepted.
+        let mut c = DraftController::new(16, true, 0.5);
+        c.observe_draft_cost(1, 0.01);
+        for _ in 0..60 {
+            c.observe_acceptance(16, 16);
+        }
+        let (k, gain) = c.plan(&cpu_costs(), None);
+        assert!(k >= 8, "k = {k}");
+        assert!(gain > 1.5, "gain = {gain}");
+    }
+
+    #[test]
+    fn a_cheap_draft_with_high_acceptance_pays_a_few_tokens() {
+        let mut c = DraftController::new(16, true, 0.9);
+        c.observe_draft_cost(1, 0.5);
+        for _ in 0..60 {
+            c.observe_acceptance(8, 8);
+            c.observe_acceptance(8, 5);
+        }
+        let (k, gain) = c.plan(&cpu_costs(), None);
+        assert!(k >= 2, "k = {k}");
+        assert!(gain > 1.0);
+    }
+
+    #[test]
+    fn acceptance_is_estimated_per_position() {
+        let mut c = DraftController::new(4, true, 0.5);
+        for _ in 0..200 {
+            c.observe_acceptance(4, 0); // always rejected at once
+        }
+        assert!(c.accept_rate(0) < 0.05);
+        assert!((c.expected_tokens(4) - 1.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn not_adaptive_always_drafts_n_max() {
+        let mut c = DraftController::new(6, false, 0.1);
+        assert_eq!(c.next_length(&cpu_costs(), 100), 6);
+        assert_eq!(c.next_length(&cpu_costs(), 3), 3);
+    }
+
+    #[test]
+    fn idle_controller_probes_with_backoff() {
+        let mut c = DraftController::new(8, true, 0.1);
+        c.observe_draft_cost(1, 5.6);
+        let costs = cpu_costs();
+        let mut probes = Vec::new();
+        for step in 0..200 {
+            if c.next_length(&costs, 8) > 0 {
+                probes.push(step);
+            }
+        }
+        assert!(probes.len() >= 3 && probes.len() <= 10, "{probes:?}");
+        let gaps: Vec<usize> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
+    }
+}

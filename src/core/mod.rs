@@ -1,0 +1,14 @@
+//! The decoding core: everything that can be reasoned about without N-API
+//! and, where possible, without a model. Tested with `cargo test`.
+
+pub mod controller;
+pub mod drafter;
+pub mod error;
+pub mod events;
+pub mod ngram;
+pub mod options;
+pub mod prompt;
+pub mod request;
+pub mod rng;
+pub mod text;
+pub mod verify;

@@ -1,0 +1,98 @@
+//! `LlamaEngine.load` options (CONTRACT §2), validated before any model is
+//! touched. Wire names are the JavaScript ones (camelCase).
+
+use serde_json::{Map, Value};
+
+use crate::core::error::{EngineError, Result};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineOptions {
+    pub model_path: String,
+    pub draft_model_path: Option<String>,
+    pub context_size: u32,
+    pub batch_size: u32,
+    pub threads: i32,
+    pub gpu_layers: u32,
+    pub draft_gpu_layers: u32,
+    pub ngram_cache_path: Option<String>,
+    pub static_ngram_cache_path: Option<String>,
+}
+
+pub fn default_threads() -> i32 {
+    std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1)
+}
+
+pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
+    let obj = value.as_object().ok_or_else(|| EngineError::invalid("options", "expected an object"))?;
+    let model_path = path(obj, "modelPath")?.ok_or_else(|| EngineError::invalid("modelPath", "required"))?;
+    Ok(EngineOptions {
+        model_path,
+        draft_model_path: path(obj, "draftModelPath")?,
+        context_size: int(obj, "contextSize", 16, 1 << 20)?.unwrap_or(4096) as u32,
+        batch_size: int(obj, "batchSize", 1, 1 << 16)?.unwrap_or(512) as u32,
+        threads: int(obj, "threads", 1, 1024)?.map(|t| t as i32).unwrap_or_else(default_threads),
+        gpu_layers: int(obj, "gpuLayers", 0, 100_000)?.unwrap_or(0) as u32,
+        draft_gpu_layers: int(obj, "draftGpuLayers", 0, 100_000)?.unwrap_or(0) as u32,
+        ngram_cache_path: path(obj, "ngramCachePath")?,
+        static_ngram_cache_path: path(obj, "staticNgramCachePath")?,
+    })
+}
+
+fn path(obj: &Map<String, Value>, field: &str) -> Result<Option<String>> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Err(EngineError::invalid(field, "must not be empty")),
+        Some(Value::String(s)) if s.contains('\0') => Err(EngineError::invalid(field, "must not contain NUL")),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(EngineError::invalid(field, "expected a string")),
+    }
+}
+
+fn int(obj: &Map<String, Value>, field: &str, min: i64, max: i64) -> Result<Option<i64>> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => {
+            let v = n.as_f64().unwrap_or(f64::NAN);
+            if v.fract() != 0.0 || !v.is_finite() {
+                return Err(EngineError::invalid(field, "expected an integer"));
+            }
+            if v < min as f64 || v > max as f64 {
+                return Err(EngineError::invalid(field, format!("must be in {min}..={max}")));
+            }
+            Ok(Some(v as i64))
+        }
+        Some(_) => Err(EngineError::invalid(field, "expected a number")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_and_fields() {
+        let o = parse_engine_options(&json!({ "modelPath": "m.gguf" })).unwrap();
+        assert_eq!(o.context_size, 4096);
+        assert_eq!(o.batch_size, 512);
+        assert!(o.threads >= 1);
+        let o = parse_engine_options(&json!({ "modelPath": "m", "draftModelPath": "d", "contextSize": 256, "threads": 2 })).unwrap();
+        assert_eq!(o.draft_model_path.as_deref(), Some("d"));
+        assert_eq!((o.context_size, o.threads), (256, 2));
+    }
+
+    #[test]
+    fn rejects_bad_options_naming_the_field() {
+        for (v, field) in [
+            (json!({}), "modelPath"),
+            (json!({ "modelPath": 3 }), "modelPath"),
+            (json!({ "modelPath": "m", "contextSize": -1 }), "contextSize"),
+            (json!({ "modelPath": "m", "threads": 1.5 }), "threads"),
+            (json!({ "modelPath": "m", "batchSize": "8" }), "batchSize"),
+            (json!({ "modelPath": "m", "draftModelPath": "" }), "draftModelPath"),
+        ] {
+            let e = parse_engine_options(&v).unwrap_err();
+            assert!(e.message.starts_with(field), "{v}: {}", e.message);
+        }
+    }
+}

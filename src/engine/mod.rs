@@ -1,0 +1,280 @@
+//! The engine: one background thread per `LlamaEngine` that owns the models
+//! and contexts, takes completion jobs from a FIFO queue and runs them one at
+//! a time. Nothing here knows about N-API.
+
+pub mod model;
+pub mod sampler;
+pub mod session;
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+
+use crate::core::error::{EngineError, Result};
+use crate::core::events::EventSink;
+use crate::core::request::CompletionRequest;
+pub use model::{EngineOptions, ModelInfo};
+
+pub struct Job {
+    pub id: u64,
+    pub request: CompletionRequest,
+    pub sink: Box<dyn EventSink>,
+    pub cancel: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    jobs: VecDeque<Job>,
+    running: Option<(u64, Arc<AtomicBool>)>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<QueueState>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        // A panic while holding the lock is caught on the engine thread; the
+        // queue itself stays consistent, so poisoning is not a reason to fail.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks until a job is queued or the engine closes.
+    fn next_job(&self) -> Option<Job> {
+        let mut st = self.lock();
+        loop {
+            if st.closed {
+                st.running = None;
+                return None;
+            }
+            if let Some(job) = st.jobs.pop_front() {
+                st.running = Some((job.id, job.cancel.clone()));
+                return Some(job);
+            }
+            st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn job_done(&self) {
+        self.lock().running = None;
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Status {
+    pub queued: usize,
+    pub busy: bool,
+    pub disposed: bool,
+    pub tokens_cached: usize,
+}
+
+/// The handle the binding holds. Cheap to share; every method is callable
+/// from the JS thread and never blocks on llama.cpp (except `join`, which the
+/// binding runs off the JS thread).
+pub struct Engine {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The target model, for tokenize/detokenize on the calling thread.
+    model: RwLock<Option<Arc<LlamaModel>>>,
+    info: ModelInfo,
+    next_id: AtomicU64,
+    tokens_cached: Arc<AtomicU64>,
+}
+
+impl Engine {
+    /// Starts the engine thread and waits (blocking the caller, which is a
+    /// worker thread of the binding) until the models are loaded.
+    pub fn load(opts: EngineOptions, progress: Option<Box<dyn FnMut(f32) + Send>>) -> Result<Engine> {
+        let shared = Arc::new(Shared::default());
+        let tokens_cached = Arc::new(AtomicU64::new(0));
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(Arc<LlamaModel>, ModelInfo)>>();
+        let thread = {
+            let shared = shared.clone();
+            let tokens_cached = tokens_cached.clone();
+            std::thread::Builder::new()
+                .name("llama-engine".into())
+                .spawn(move || engine_thread(opts, progress, shared, ready_tx, tokens_cached))
+                .map_err(|e| EngineError::internal(format!("cannot start the engine thread: {e}")))?
+        };
+        match ready_rx.recv() {
+            Ok(Ok((model, info))) => Ok(Engine {
+                shared,
+                thread: Mutex::new(Some(thread)),
+                model: RwLock::new(Some(model)),
+                info,
+                next_id: AtomicU64::new(1),
+                tokens_cached,
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(EngineError::internal("the engine thread stopped while loading"))
+            }
+        }
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn model(&self) -> Result<Arc<LlamaModel>> {
+        self.model.read().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(EngineError::disposed)
+    }
+
+    pub fn tokenize(&self, text: &str, add_bos: bool, special: bool) -> Result<Vec<i32>> {
+        let model = self.model()?;
+        Ok(model.vocab().tokenize(text.as_bytes(), add_bos, special).into_iter().map(|t| t.0).collect())
+    }
+
+    pub fn detokenize(&self, tokens: &[i32]) -> Result<String> {
+        let model = self.model()?;
+        if let Some((i, t)) = tokens.iter().enumerate().find(|(_, &t)| t < 0 || t >= self.info.n_vocab) {
+            return Err(EngineError::invalid(&format!("tokens[{i}]"), format!("{t} is not a token id (0..{})", self.info.n_vocab)));
+        }
+        if tokens.is_empty() {
+            return Ok(String::new());
+        }
+        let ids: Vec<LlamaToken> = tokens.iter().map(|&t| LlamaToken(t)).collect();
+        let bytes = model.vocab().detokenize(&ids, false, false);
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    pub fn next_job_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues a job. On a disposed engine the sink is finished with DISPOSED.
+    pub fn submit(&self, job: Job) {
+        let mut st = self.shared.lock();
+        if st.closed {
+            drop(st);
+            job.sink.finish(Err(EngineError::disposed()));
+            return;
+        }
+        st.jobs.push_back(job);
+        drop(st);
+        self.shared.wake.notify_one();
+    }
+
+    /// Aborts one job: a queued one leaves the queue and resolves at once
+    /// with an empty, aborted result; a running one stops within one step.
+    pub fn abort(&self, id: u64) {
+        let mut st = self.shared.lock();
+        if let Some((running, cancel)) = &st.running {
+            if *running == id {
+                cancel.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+        if let Some(pos) = st.jobs.iter().position(|j| j.id == id) {
+            let job = st.jobs.remove(pos).expect("position is in range");
+            drop(st);
+            let result = session::aborted_before_start(&job.request, &self.info);
+            job.sink.finish(Ok(result));
+        }
+    }
+
+    /// Stops whatever request is running now; queued ones are untouched.
+    pub fn cancel_running(&self) {
+        if let Some((_, cancel)) = &self.shared.lock().running {
+            cancel.store(true, Ordering::SeqCst);
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        let st = self.shared.lock();
+        Status {
+            queued: st.jobs.len(),
+            busy: st.running.is_some(),
+            disposed: st.closed,
+            tokens_cached: self.tokens_cached.load(Ordering::Relaxed) as usize,
+        }
+    }
+
+    /// Stops the engine: the running request ends as aborted, queued ones
+    /// reject with DISPOSED, and the models are freed when the thread exits.
+    /// Returns the thread to join (off the JS thread).
+    pub fn close(&self) -> Option<JoinHandle<()>> {
+        let queued: Vec<Job> = {
+            let mut st = self.shared.lock();
+            st.closed = true;
+            if let Some((_, cancel)) = &st.running {
+                cancel.store(true, Ordering::SeqCst);
+            }
+            st.jobs.drain(..).collect()
+        };
+        self.shared.wake.notify_all();
+        for job in queued {
+            job.sink.finish(Err(EngineError::disposed()));
+        }
+        self.model.write().unwrap_or_else(|p| p.into_inner()).take();
+        self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().closed
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Garbage-collected without dispose(): let the thread finish on its own.
+        let _ = self.close();
+    }
+}
+
+fn engine_thread(
+    opts: EngineOptions,
+    progress: Option<Box<dyn FnMut(f32) + Send>>,
+    shared: Arc<Shared>,
+    ready: mpsc::Sender<Result<(Arc<LlamaModel>, ModelInfo)>>,
+    tokens_cached: Arc<AtomicU64>,
+) {
+    let loaded = catch_unwind(AssertUnwindSafe(|| session::Models::load(&opts, progress)))
+        .unwrap_or_else(|_| Err(EngineError::internal("panic while loading the model")));
+    let models = match loaded {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let mut session = match catch_unwind(AssertUnwindSafe(|| session::Session::new(&models, &opts)))
+        .unwrap_or_else(|_| Err(EngineError::internal("panic while creating the context")))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    if ready.send(Ok((models.target.clone(), models.info.clone()))).is_err() {
+        return;
+    }
+    while let Some(mut job) = shared.next_job() {
+        let outcome = catch_unwind(AssertUnwindSafe(|| session.run(&job.request, job.sink.as_mut(), &job.cancel)))
+            .unwrap_or_else(|panic| {
+                session.reset();
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(EngineError::internal(format!("the engine recovered from a panic: {why}")))
+            });
+        tokens_cached.store(session.tokens_cached() as u64, Ordering::Relaxed);
+        shared.job_done();
+        job.sink.finish(outcome);
+    }
+}

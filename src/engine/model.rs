@@ -1,0 +1,139 @@
+//! Loading models on the engine thread, and what the rest of the engine needs
+//! to know about them.
+
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+
+use crate::core::error::{EngineError, ErrorCode, Result};
+pub use crate::core::options::EngineOptions;
+
+/// llama.cpp's backend initialises once per process; every engine shares it.
+pub fn backend() -> Result<&'static LlamaBackend> {
+    static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            LlamaBackend::init().map(|mut b| {
+                if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
+                    b.void_logs();
+                }
+                b
+            })
+            .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| EngineError::internal(format!("llama.cpp backend: {e}")))
+}
+
+/// Facts about the loaded target model, shared with the JS thread.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub name: String,
+    pub n_vocab: i32,
+    pub n_ctx: u32,
+    pub n_ctx_train: u32,
+    pub n_batch: u32,
+    pub threads: i32,
+    pub add_bos: bool,
+    pub eog: Vec<i32>,
+    pub draft_name: Option<String>,
+}
+
+pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Box<dyn FnMut(f32) + Send>>) -> Result<Arc<LlamaModel>> {
+    let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: {why}"));
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a file".into()));
+    }
+    check_gguf_magic(Path::new(path)).map_err(fail)?;
+    let mut params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
+    if let Some(mut cb) = progress {
+        params = params.with_progress_callback(move |f| {
+            cb(f);
+            true
+        });
+    }
+    let model = LlamaModel::load_from_file(backend()?, path, &params)
+        .map_err(|e| fail(format!("llama.cpp could not load it ({e}); is it a complete GGUF model?")))?;
+    Ok(Arc::new(model))
+}
+
+/// llama.cpp accepts any file and fails deep inside; a magic check gives a
+/// clear message for the common mistake of pointing at the wrong file.
+fn check_gguf_magic(path: &Path) -> std::result::Result<(), String> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .map_err(|e| format!("cannot read it ({e})"))?;
+    if &magic != b"GGUF" {
+        return Err("not a GGUF file".into());
+    }
+    Ok(())
+}
+
+pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32) -> LlamaContextParams {
+    LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(n_ctx))
+        .with_n_batch(opts.batch_size)
+        .with_n_ubatch(opts.batch_size)
+        .with_n_seq_max(n_seq)
+        .with_n_threads(opts.threads)
+        .with_n_threads_batch(opts.threads)
+}
+
+pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
+    let vocab = model.vocab();
+    let n_vocab = model.n_vocab();
+    let n_ctx_train = model.n_ctx_train();
+    let n_ctx = if n_ctx_train > 0 { opts.context_size.min(n_ctx_train) } else { opts.context_size };
+    let eog = (0..n_vocab).filter(|&t| vocab.is_eog(llama_cpp_2::token::LlamaToken(t))).collect();
+    ModelInfo {
+        name: file_name(&opts.model_path),
+        n_vocab,
+        n_ctx,
+        n_ctx_train,
+        n_batch: opts.batch_size.min(n_ctx),
+        threads: opts.threads,
+        add_bos: vocab.should_add_bos(),
+        eog,
+        draft_name: opts.draft_model_path.as_deref().map(file_name),
+    }
+}
+
+fn file_name(path: &str) -> String {
+    Path::new(path).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| path.to_string())
+}
+
+/// Re-quantizes a GGUF file with llama.cpp's own quantizer.
+pub fn quantize(input: &str, output: &str, ftype: &str) -> Result<()> {
+    use llama_cpp_sys_2 as sys;
+    let ftype = match ftype {
+        "Q2_K" => sys::LLAMA_FTYPE_MOSTLY_Q2_K,
+        "Q4_1" => sys::LLAMA_FTYPE_MOSTLY_Q4_1,
+        "Q8_0" => sys::LLAMA_FTYPE_MOSTLY_Q8_0,
+        "F16" => sys::LLAMA_FTYPE_MOSTLY_F16,
+        other => return Err(EngineError::invalid("ftype", format!("unsupported: {other} (Q2_K, Q4_1, Q8_0, F16)"))),
+    };
+    let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{input}: {why}"));
+    check_gguf_magic(Path::new(input)).map_err(fail)?;
+    backend()?;
+    let cin = std::ffi::CString::new(input).map_err(|_| EngineError::invalid("input", "contains NUL"))?;
+    let cout = std::ffi::CString::new(output).map_err(|_| EngineError::invalid("output", "contains NUL"))?;
+    let rc = unsafe {
+        let mut params = sys::llama_model_quantize_default_params();
+        params.ftype = ftype;
+        params.allow_requantize = true;
+        params.nthread = crate::core::options::default_threads();
+        sys::llama_model_quantize(cin.as_ptr(), cout.as_ptr(), &params)
+    };
+    if rc != 0 {
+        return Err(fail(format!("llama_model_quantize failed ({rc})")));
+    }
+    Ok(())
+}

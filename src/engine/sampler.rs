@@ -1,0 +1,230 @@
+//! The target's sampler: the request's whole chain (logit bias, penalties,
+//! grammar, top-k/typical/top-p/min-p, temperature) applied by llama.cpp, and
+//! the final draw done here from the resulting distribution. Owning the draw
+//! is what lets speculative verification use exactly the distribution that
+//! plain decoding samples from.
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use llama_cpp_2::token::logit_bias::LlamaLogitBias;
+use llama_cpp_2::token::LlamaToken;
+
+use crate::core::error::{EngineError, Result};
+use crate::core::request::{CompletionRequest, SamplingParams};
+use crate::core::rng::Rng;
+use crate::core::verify::Dist;
+
+pub struct TokenSampler {
+    /// History-dependent transforms (logit bias, penalties). `None` when the
+    /// request has none, so greedy decoding can take the argmax of raw logits.
+    history: Option<LlamaSampler>,
+    grammar: Option<LlamaSampler>,
+    /// Truncation and temperature; only used when sampling.
+    shape: Option<LlamaSampler>,
+    /// Mirostat picks the token itself (and adapts after each pick).
+    mirostat: Option<LlamaSampler>,
+    greedy: bool,
+    rng: Rng,
+    scratch: Vec<LlamaTokenData>,
+}
+
+impl TokenSampler {
+    pub fn new(model: &LlamaModel, req: &CompletionRequest, grammar: Option<&str>, eog: &[i32], n_ctx: u32) -> Result<Self> {
+        let p = &req.sampling;
+        let n_vocab = model.n_vocab();
+        let mut history = Vec::new();
+        let mut biases: Vec<LlamaLogitBias> = p
+            .logit_bias
+            .iter()
+            .map(|&(id, bias)| LlamaLogitBias::new(LlamaToken(id), bias.unwrap_or(f32::NEG_INFINITY)))
+            .collect();
+        if req.ignore_eos {
+            biases.extend(eog.iter().map(|&id| LlamaLogitBias::new(LlamaToken(id), f32::NEG_INFINITY)));
+        }
+        if !biases.is_empty() {
+            history.push(LlamaSampler::logit_bias(n_vocab, &biases));
+        }
+        if has_penalties(p) {
+            let last_n = if p.repeat_last_n < 0 { n_ctx as i32 } else { p.repeat_last_n };
+            history.push(LlamaSampler::penalties(n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty));
+        }
+        let grammar = match grammar {
+            Some(g) => Some(
+                LlamaSampler::grammar(model, g, "root")
+                    .map_err(|e| EngineError::invalid(grammar_field(req), format!("not a valid grammar ({e})")))?,
+            ),
+            None => None,
+        };
+        let greedy = p.temperature <= 0.0;
+        let mut shape = Vec::new();
+        let mut mirostat = None;
+        if !greedy {
+            if p.mirostat == 0 {
+                if p.top_k > 0 {
+                    shape.push(LlamaSampler::top_k(p.top_k));
+                }
+                if p.typical_p < 1.0 {
+                    shape.push(LlamaSampler::typical(p.typical_p, 1));
+                }
+                if p.top_p < 1.0 {
+                    shape.push(LlamaSampler::top_p(p.top_p, 1));
+                }
+                if p.min_p > 0.0 {
+                    shape.push(LlamaSampler::min_p(p.min_p, 1));
+                }
+                shape.push(LlamaSampler::temp(p.temperature));
+            } else {
+                let seed = p.seed.unwrap_or_else(|| Rng::from_entropy().next_u64() as u32);
+                shape.push(LlamaSampler::temp(p.temperature));
+                mirostat = Some(if p.mirostat == 1 {
+                    LlamaSampler::mirostat(n_vocab, seed, p.mirostat_tau, p.mirostat_eta, 100)
+                } else {
+                    LlamaSampler::mirostat_v2(seed, p.mirostat_tau, p.mirostat_eta)
+                });
+            }
+        }
+        let rng = match p.seed {
+            Some(seed) => Rng::new(seed as u64),
+            None => Rng::from_entropy(),
+        };
+        let chain = |v: Vec<LlamaSampler>| (!v.is_empty()).then(|| LlamaSampler::chain_simple(v));
+        Ok(TokenSampler {
+            history: chain(history),
+            grammar,
+            shape: chain(shape),
+            mirostat,
+            greedy,
+            rng,
+            scratch: Vec::new(),
+        })
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.greedy
+    }
+
+    /// Mirostat adapts to each token it picks, so it cannot verify drafts.
+    pub fn supports_speculation(&self) -> bool {
+        self.mirostat.is_none()
+    }
+
+    /// Feeds prompt tokens to the penalties (not to the grammar, which
+    /// constrains generated text only).
+    pub fn accept_prompt(&mut self, tokens: &[LlamaToken]) {
+        if let Some(h) = self.history.as_mut() {
+            for &t in tokens {
+                h.accept(t);
+            }
+        }
+    }
+
+    /// Records a token as generated: updates penalties and grammar state.
+    pub fn accept(&mut self, token: LlamaToken) {
+        if let Some(h) = self.history.as_mut() {
+            h.accept(token);
+        }
+        if let Some(g) = self.grammar.as_mut() {
+            g.accept(token);
+        }
+        if let Some(m) = self.mirostat.as_mut() {
+            m.accept(token);
+        }
+    }
+
+    fn fast_path(&self) -> bool {
+        self.greedy && self.history.is_none() && self.grammar.is_none()
+    }
+
+    /// Runs the chain on the logits at `idx` and returns the candidates left.
+    fn transformed(&mut self, ctx: &LlamaContext, idx: i32) -> LlamaTokenDataArray {
+        let logits = ctx.get_logits_ith(idx);
+        let mut data = std::mem::take(&mut self.scratch);
+        data.clear();
+        data.extend(logits.iter().enumerate().map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)));
+        let mut arr = LlamaTokenDataArray::new(data, false);
+        if let Some(h) = self.history.as_mut() {
+            arr.apply_sampler(h);
+        }
+        if let Some(g) = self.grammar.as_mut() {
+            arr.apply_sampler(g);
+        }
+        if !self.greedy {
+            if let Some(s) = self.shape.as_mut() {
+                arr.apply_sampler(s);
+            }
+        }
+        arr
+    }
+
+    /// The target distribution p at output `idx`: the whole chain applied,
+    /// then a softmax over what is left. At temperature <= 0 this is the
+    /// softmax of the (biased, penalised, grammar-constrained) logits; its
+    /// argmax is the greedy choice.
+    pub fn distribution(&mut self, ctx: &LlamaContext, idx: i32) -> Dist {
+        let arr = self.transformed(ctx, idx);
+        let (ids, logits): (Vec<i32>, Vec<f32>) = arr.data.iter().map(|d| (d.id().0, d.logit())).unzip();
+        self.scratch = arr.data;
+        Dist::from_logits(&ids, &logits)
+    }
+
+    /// Picks the next token at output `idx` (does not accept it). Returns the
+    /// distribution it was drawn from when `want_dist` or when it is needed anyway.
+    pub fn sample(&mut self, ctx: &LlamaContext, idx: i32, want_dist: bool) -> (LlamaToken, Option<Dist>) {
+        if self.fast_path() && !want_dist {
+            return (LlamaToken(argmax(ctx.get_logits_ith(idx))), None);
+        }
+        if let Some(m) = self.mirostat.as_mut() {
+            let mut arr = {
+                let logits = ctx.get_logits_ith(idx);
+                let data = logits.iter().enumerate().map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0));
+                LlamaTokenDataArray::new(data.collect(), false)
+            };
+            for s in [self.history.as_mut(), self.grammar.as_mut(), self.shape.as_mut()].into_iter().flatten() {
+                arr.apply_sampler(s);
+            }
+            let (ids, logits): (Vec<i32>, Vec<f32>) = arr.data.iter().map(|d| (d.id().0, d.logit())).unzip();
+            let dist = Dist::from_logits(&ids, &logits);
+            arr.apply_sampler(m);
+            let token = arr.selected_token().unwrap_or_else(|| LlamaToken(dist.argmax().unwrap_or(0)));
+            return (token, Some(dist));
+        }
+        let dist = self.distribution(ctx, idx);
+        let token = if self.greedy { dist.argmax() } else { dist.sample(&mut self.rng) };
+        // An empty distribution means the grammar allows nothing: fall back to
+        // the raw argmax rather than emit garbage ids; the caller stops on EOG.
+        let token = token.unwrap_or_else(|| argmax(ctx.get_logits_ith(idx)));
+        (LlamaToken(token), Some(dist))
+    }
+
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+}
+
+fn has_penalties(p: &SamplingParams) -> bool {
+    p.repeat_last_n != 0 && (p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0)
+}
+
+fn grammar_field(req: &CompletionRequest) -> &'static str {
+    if req.json_schema.is_some() {
+        "json_schema"
+    } else {
+        "grammar"
+    }
+}
+
+/// Index of the largest logit; ties go to the lowest id, as llama.cpp's greedy.
+pub fn argmax(logits: &[f32]) -> i32 {
+    let mut best = 0;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best_v = v;
+            best = i;
+        }
+    }
+    best as i32
+}
