@@ -283,7 +283,7 @@ describe('prompt cache', () => {
   test('a request sharing a prefix with the last one reuses its KV cache', async () => {
     const prefix = chat('Here is a long instruction about writing a poem about the ocean and its waves.')
     await run(engine, { prompt: prefix, n_predict: 2, temperature: 0 })
-    const n = engine.tokenize(prefix).length
+    const n = engine.tokenize(prefix, { special: true }).length
     const { result } = await run(engine, { prompt: prefix + 'The ocean', n_predict: 2, temperature: 0 })
     expect(result.tokens_cached).toBeGreaterThanOrEqual(n - 1)
     expect(result.timings.prompt_n).toBe(result.tokens_evaluated - result.tokens_cached)

@@ -122,11 +122,13 @@ describe('dispose', () => {
   test('dispose while generating and with queued requests settles every promise', async () => {
     const engine = await loadTarget()
     const running = engine.complete({ prompt: 'Once upon a time', n_predict: 2000, temperature: 0 })
-    const queued = engine.complete({ prompt: 'Hello', n_predict: 10 })
+    const queued = expect(engine.complete({ prompt: 'Hello', n_predict: 10 })).rejects.toMatchObject({ code: 'DISPOSED' })
     await new Promise((r) => setTimeout(r, 100))
+    expect(engine.status()).toMatchObject({ busy: true, queued: 1 })
     await engine.dispose()
     const r = await running
     expect(r.stopped_abort).toBe(true)
-    await expect(queued).rejects.toMatchObject({ code: 'DISPOSED' })
+    expect(r.tokens_predicted).toBeGreaterThan(0)
+    await queued
   })
 })
