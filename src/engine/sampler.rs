@@ -191,6 +191,14 @@ impl TokenSampler {
             let token = arr.selected_token().unwrap_or_else(|| LlamaToken(dist.argmax().unwrap_or(0)));
             return (token, Some(dist));
         }
+        if self.greedy && !want_dist {
+            // Greedy needs only the argmax of what the chain leaves.
+            let arr = self.transformed(ctx, idx);
+            let best = arr.data.iter().filter(|d| d.logit() > f32::NEG_INFINITY).max_by(|a, b| a.logit().total_cmp(&b.logit()).then(b.id().0.cmp(&a.id().0)));
+            let token = best.map(|d| d.id()).unwrap_or_else(|| LlamaToken(argmax(ctx.get_logits_ith(idx))));
+            self.scratch = arr.data;
+            return (token, None);
+        }
         let dist = self.distribution(ctx, idx);
         let token = if self.greedy { dist.argmax() } else { dist.sample(&mut self.rng) };
         // An empty distribution means the grammar allows nothing: fall back to

@@ -1,0 +1,61 @@
+//! The baseline for `npm run bench`: plain greedy decoding with llama-cpp-2
+//! and nothing of llama-engine (no engine thread, no events, no N-API), on
+//! the same model, prompt and threads. Prints one JSON line per prompt.
+//!
+//! cargo run --release --example plain_greedy -- MODEL THREADS N_PREDICT PROMPT...
+
+use std::num::NonZeroU32;
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [model_path, threads, n_predict, prompts @ ..] = args.as_slice() else {
+        eprintln!("usage: plain_greedy MODEL THREADS N_PREDICT PROMPT...");
+        std::process::exit(2);
+    };
+    let threads: i32 = threads.parse().expect("threads");
+    let n_predict: usize = n_predict.parse().expect("n_predict");
+    let mut backend = LlamaBackend::init().expect("backend");
+    backend.void_logs();
+    let model = LlamaModel::load_from_file(&backend, model_path, &LlamaModelParams::default()).expect("model");
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(2048))
+        .with_n_batch(512)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
+    let mut ctx = model.new_context(&backend, params).expect("context");
+    let mut batch = LlamaBatch::new(512, 1);
+    for prompt in prompts {
+        ctx.clear_kv_cache();
+        let tokens = model.vocab().tokenize(prompt.as_bytes(), true, true);
+        batch.clear();
+        for (i, &t) in tokens.iter().enumerate() {
+            batch.add(t, i as i32, &[0], i + 1 == tokens.len()).expect("batch");
+        }
+        ctx.decode(&mut batch).expect("decode prompt");
+        let mut sampler = LlamaSampler::greedy();
+        let mut pos = tokens.len() as i32;
+        let start = Instant::now();
+        let mut n = 0;
+        while n < n_predict {
+            let token = sampler.sample(&ctx, batch.n_tokens() - 1);
+            n += 1;
+            if n == n_predict {
+                break;
+            }
+            batch.clear();
+            batch.add(token, pos, &[0], true).expect("batch");
+            ctx.decode(&mut batch).expect("decode");
+            pos += 1;
+        }
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        println!("{{\"tokens\":{n},\"ms\":{ms:.3},\"tok_s\":{:.3}}}", n as f64 * 1000.0 / ms);
+    }
+}
