@@ -261,6 +261,17 @@ class LlamaEngine {
     return this.#native.status()
   }
 
+  /** Writes the dynamic n-gram cache (llama.cpp's lookup format) to `path` or to `ngramCachePath`. */
+  async saveNgramCache(path) {
+    this.#check()
+    if (path != null && typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+    try {
+      await this.#native.saveNgramCache(path ?? null)
+    } catch (e) {
+      throw fromNative(e)
+    }
+  }
+
   /** Frees the models and contexts now. Every later call rejects or throws DISPOSED. */
   async dispose() {
     if (this.#disposed) return

@@ -131,6 +131,7 @@ impl NativeEngine {
     pub fn status(&self) -> Value {
         let st = self.engine.status();
         let info = self.engine.info();
+        let (ngram_dynamic, ngram_static, ngram_errors) = self.engine.ngram_status();
         json!({
             "queued": st.queued,
             "busy": st.busy,
@@ -143,13 +144,46 @@ impl NativeEngine {
             "threads": info.threads,
             "vocabSize": info.n_vocab,
             "tokensCached": st.tokens_cached,
+            "ngramCache": {
+                "dynamicEntries": ngram_dynamic,
+                "staticEntries": ngram_static,
+                "errors": ngram_errors,
+            },
         })
+    }
+
+    /// Writes the dynamic n-gram cache in llama.cpp's lookup format; resolves
+    /// with the number of n-grams written.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn save_ngram_cache(&self, path: Option<String>) -> AsyncTask<SaveNgramTask> {
+        AsyncTask::new(SaveNgramTask { engine: self.engine.clone(), path })
     }
 
     /// Stops the engine and frees the models; resolves when they are freed.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn dispose(&self) -> AsyncTask<JoinTask> {
         AsyncTask::new(JoinTask { thread: self.engine.close() })
+    }
+}
+
+pub struct SaveNgramTask {
+    engine: Arc<Engine>,
+    path: Option<String>,
+}
+
+impl Task for SaveNgramTask {
+    type Output = usize;
+    type JsValue = u32;
+
+    fn compute(&mut self) -> Result<usize> {
+        if self.engine.is_closed() {
+            return Err(js_err(EngineError::disposed()));
+        }
+        self.engine.save_ngram_cache(self.path.as_deref()).map_err(js_err)
+    }
+
+    fn resolve(&mut self, _env: Env, n: usize) -> Result<u32> {
+        Ok(n as u32)
     }
 }
 

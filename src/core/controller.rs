@@ -179,9 +179,23 @@ impl DraftController {
         best
     }
 
+    /// The best speed-up this drafter could reach if every draft were
+    /// accepted. Below 1 it can never pay on this machine: not worth probing.
+    pub fn ceiling(&self, costs: &BatchCost, draft_cost_ms: Option<f64>) -> f64 {
+        let (Some(t1), Some(cd)) = (costs.estimate(1), draft_cost_ms.or(self.draft_ms)) else {
+            return f64::INFINITY;
+        };
+        (1..=self.n_max.min(costs.max().saturating_sub(1)))
+            .filter_map(|k| costs.estimate(k + 1).map(|tv| (k as f64 + 1.0) / (tv + cd * k as f64) * t1))
+            .fold(0.0, f64::max)
+    }
+
     /// The length to draft this step. `available` caps it (what the drafter
     /// can offer, the room left in the context, the tokens left to predict).
     pub fn next_length(&mut self, costs: &BatchCost, available: usize) -> usize {
+        if self.adaptive && self.ceiling(costs, None) < 1.0 {
+            return 0;
+        }
         let (k, _) = self.plan(costs, None);
         let k = k.min(available);
         if k > 0 || !self.adaptive {
@@ -271,6 +285,20 @@ mod tests {
     }
 
     #[test]
+    fn a_drafter_that_cannot_pay_even_when_always_right_is_never_probed() {
+        let mut c = DraftController::new(16, true, 1.0);
+        c.observe_draft_cost(1, 5.6);
+        assert!(c.ceiling(&cpu_costs(), None) < 1.0);
+        assert!((0..500).all(|_| c.next_length(&cpu_costs(), 16) == 0));
+        // A slower target (F16, ~10.8 ms/token) makes the same draft worth a try.
+        let mut f16 = BatchCost::new(17);
+        for (n, ms) in [(1, 10.8), (2, 13.0), (4, 17.0), (8, 30.0), (16, 55.0)] {
+            f16.observe(n, ms);
+        }
+        assert!(c.ceiling(&f16, None) > 1.0);
+    }
+
+    #[test]
     fn acceptance_is_estimated_per_position() {
         let mut c = DraftController::new(4, true, 0.5);
         for _ in 0..200 {
@@ -289,8 +317,9 @@ mod tests {
 
     #[test]
     fn idle_controller_probes_with_backoff() {
+        // A cheap drafter that is rarely right: idle, but worth a look now and then.
         let mut c = DraftController::new(8, true, 0.1);
-        c.observe_draft_cost(1, 5.6);
+        c.observe_draft_cost(1, 0.05);
         let costs = cpu_costs();
         let mut probes = Vec::new();
         for step in 0..200 {

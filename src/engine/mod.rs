@@ -2,6 +2,7 @@
 //! and contexts, takes completion jobs from a FIFO queue and runs them one at
 //! a time. Nothing here knows about N-API.
 
+pub mod draft_model;
 pub mod model;
 pub mod sampler;
 pub mod session;
@@ -87,6 +88,10 @@ pub struct Engine {
     info: ModelInfo,
     next_id: AtomicU64,
     tokens_cached: Arc<AtomicU64>,
+    ngram: session::NgramStore,
+    ngram_path: Option<String>,
+    /// Why a configured n-gram cache file could not be used (the engine works without it).
+    ngram_errors: Vec<String>,
 }
 
 impl Engine {
@@ -95,13 +100,16 @@ impl Engine {
     pub fn load(opts: EngineOptions, progress: Option<Box<dyn FnMut(f32) + Send>>) -> Result<Engine> {
         let shared = Arc::new(Shared::default());
         let tokens_cached = Arc::new(AtomicU64::new(0));
+        let (ngram, ngram_errors) = load_ngram_caches(&opts);
+        let ngram_path = opts.ngram_cache_path.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(Arc<LlamaModel>, ModelInfo)>>();
         let thread = {
             let shared = shared.clone();
             let tokens_cached = tokens_cached.clone();
+            let ngram = ngram.clone();
             std::thread::Builder::new()
                 .name("llama-engine".into())
-                .spawn(move || engine_thread(opts, progress, shared, ready_tx, tokens_cached))
+                .spawn(move || engine_thread(opts, progress, shared, ready_tx, tokens_cached, ngram))
                 .map_err(|e| EngineError::internal(format!("cannot start the engine thread: {e}")))?
         };
         match ready_rx.recv() {
@@ -112,6 +120,9 @@ impl Engine {
                 info,
                 next_id: AtomicU64::new(1),
                 tokens_cached,
+                ngram,
+                ngram_path,
+                ngram_errors,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -222,6 +233,20 @@ impl Engine {
         self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
+    /// Writes the dynamic n-gram cache (to `path`, or to `ngramCachePath`).
+    pub fn save_ngram_cache(&self, path: Option<&str>) -> Result<usize> {
+        let path = path.or(self.ngram_path.as_deref()).ok_or_else(|| EngineError::invalid("path", "no path given and the engine was loaded without ngramCachePath"))?;
+        let cache = self.ngram.dynamic.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        cache.save(std::path::Path::new(path))?;
+        Ok(cache.len())
+    }
+
+    pub fn ngram_status(&self) -> (usize, usize, &[String]) {
+        let dynamic = self.ngram.dynamic.lock().map(|c| c.len()).unwrap_or(0);
+        let fixed = self.ngram.fixed.as_ref().map_or(0, |c| c.len());
+        (dynamic, fixed, &self.ngram_errors)
+    }
+
     pub fn is_closed(&self) -> bool {
         self.shared.lock().closed
     }
@@ -240,6 +265,7 @@ fn engine_thread(
     shared: Arc<Shared>,
     ready: mpsc::Sender<Result<(Arc<LlamaModel>, ModelInfo)>>,
     tokens_cached: Arc<AtomicU64>,
+    ngram: session::NgramStore,
 ) {
     let loaded = catch_unwind(AssertUnwindSafe(|| session::Models::load(&opts, progress)))
         .unwrap_or_else(|_| Err(EngineError::internal("panic while loading the model")));
@@ -250,7 +276,7 @@ fn engine_thread(
             return;
         }
     };
-    let mut session = match catch_unwind(AssertUnwindSafe(|| session::Session::new(&models, &opts)))
+    let mut session = match catch_unwind(AssertUnwindSafe(|| session::Session::new(&models, &opts, ngram)))
         .unwrap_or_else(|_| Err(EngineError::internal("panic while creating the context")))
     {
         Ok(s) => s,
@@ -277,4 +303,27 @@ fn engine_thread(
         shared.job_done();
         job.sink.finish(outcome);
     }
+}
+
+/// Loads the dynamic and static n-gram caches named in the options. A file
+/// that cannot be read is reported and skipped: speculation works without it.
+fn load_ngram_caches(opts: &EngineOptions) -> (session::NgramStore, Vec<String>) {
+    use crate::core::ngram::NgramCache;
+    let mut errors = Vec::new();
+    let mut store = session::NgramStore::default();
+    if let Some(path) = &opts.ngram_cache_path {
+        if std::path::Path::new(path).exists() {
+            match NgramCache::load(std::path::Path::new(path)) {
+                Ok(c) => store.dynamic = Arc::new(std::sync::Mutex::new(c)),
+                Err(e) => errors.push(format!("ngramCachePath: {}", e.message)),
+            }
+        }
+    }
+    if let Some(path) = &opts.static_ngram_cache_path {
+        match NgramCache::load(std::path::Path::new(path)) {
+            Ok(c) => store.fixed = Some(Arc::new(c)),
+            Err(e) => errors.push(format!("staticNgramCachePath: {}", e.message)),
+        }
+    }
+    (store, errors)
 }

@@ -137,3 +137,31 @@ pub fn quantize(input: &str, output: &str, ftype: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// The checks of llama.cpp's `common_speculative_are_compatible`: a draft
+/// model must speak the target's vocabulary, or its drafts mean nothing.
+pub fn check_compatible(target: &LlamaModel, draft: &LlamaModel) -> Result<()> {
+    let fail = |why: String| EngineError::new(ErrorCode::IncompatibleDraft, format!("the draft model cannot draft for this target: {why}"));
+    let (tv, dv) = (target.vocab(), draft.vocab());
+    if tv.vocab_type() != dv.vocab_type() {
+        return Err(fail(format!("vocabulary types differ ({:?} vs {:?})", tv.vocab_type(), dv.vocab_type())));
+    }
+    if tv.should_add_bos() != dv.should_add_bos() || tv.should_add_eos() != dv.should_add_eos() {
+        return Err(fail("add-BOS/add-EOS flags differ".into()));
+    }
+    if tv.bos() != dv.bos() || tv.eos() != dv.eos() {
+        return Err(fail(format!("BOS/EOS tokens differ (target {}/{}, draft {}/{})", tv.bos().0, tv.eos().0, dv.bos().0, dv.eos().0)));
+    }
+    let (nt, nd) = (target.n_vocab(), draft.n_vocab());
+    if (nt - nd).abs() > 128 {
+        return Err(fail(format!("vocabulary sizes differ by more than 128 (target {nt}, draft {nd})")));
+    }
+    for id in 5..nt.min(nd) {
+        let t = llama_cpp_2::token::LlamaToken(id);
+        if tv.text(t) != dv.text(t) {
+            let show = |v: Option<&std::ffi::CStr>| v.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+            return Err(fail(format!("token {id} differs (target {:?}, draft {:?})", show(tv.text(t)), show(dv.text(t)))));
+        }
+    }
+    Ok(())
+}

@@ -2,7 +2,7 @@
 //! KV-cache reuse, the decoding loop, stop conditions, context shift, events.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
@@ -11,25 +11,51 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
+use super::draft_model::DraftModel;
 use super::model::{self, EngineOptions, ModelInfo};
 use super::sampler::TokenSampler;
-use crate::core::error::{EngineError, Result};
-use crate::core::events::{CompletionResult, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource};
+use crate::core::controller::{BatchCost, DraftController};
+use crate::core::drafter::{Draft, Drafter};
+use crate::core::error::{EngineError, ErrorCode, Result};
+use crate::core::events::{CompletionResult, DrafterStats, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource};
+use crate::core::ngram::{NgramCache, NgramDrafter, NgramParams};
 use crate::core::prompt;
-use crate::core::request::{CompletionRequest, PromptPart};
+use crate::core::request::{CompletionRequest, PromptPart, SpecMode};
+use crate::core::rng::Rng;
 use crate::core::text::TextStream;
-use crate::core::verify::Dist;
+use crate::core::verify::{verify_stochastic, Dist, Verdict};
 
 pub struct Models {
     pub target: Arc<LlamaModel>,
+    pub draft: Option<Arc<LlamaModel>>,
     pub info: ModelInfo,
 }
 
 impl Models {
     pub fn load(opts: &EngineOptions, progress: Option<Box<dyn FnMut(f32) + Send>>) -> Result<Models> {
-        let target = model::load_model(&opts.model_path, opts.gpu_layers, progress)?;
+        // With a draft model, the first half of the progress is the target's.
+        let has_draft = opts.draft_model_path.is_some();
+        let progress = progress.map(|p| std::sync::Arc::new(std::sync::Mutex::new(p)));
+        let part = |offset: f32, scale: f32| {
+            progress.clone().map(|p| {
+                Box::new(move |f: f32| {
+                    if let Ok(mut cb) = p.lock() {
+                        cb(offset + f * scale)
+                    }
+                }) as Box<dyn FnMut(f32) + Send>
+            })
+        };
+        let target = model::load_model(&opts.model_path, opts.gpu_layers, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
+        let draft = match &opts.draft_model_path {
+            Some(path) => {
+                let draft = model::load_model(path, opts.draft_gpu_layers, part(0.5, 0.5))?;
+                model::check_compatible(&target, &draft)?;
+                Some(draft)
+            }
+            None => None,
+        };
         let info = model::model_info(&target, opts);
-        Ok(Models { target, info })
+        Ok(Models { target, draft, info })
     }
 }
 
@@ -39,6 +65,11 @@ pub struct Session<'m> {
     batch: LlamaBatch<'static>,
     /// Tokens whose keys/values are in sequence 0, at positions 0..len.
     cached: Vec<LlamaToken>,
+    draft: Option<DraftModel<'m>>,
+    /// Measured cost of target batches by size; persists across requests.
+    costs: BatchCost,
+    draft_step_ms: Option<f64>,
+    ngram: NgramStore,
 }
 
 /// Why generation ended.
@@ -51,23 +82,45 @@ enum Stop {
 }
 
 impl<'m> Session<'m> {
-    pub fn new(models: &'m Models, opts: &EngineOptions) -> Result<Self> {
+    pub fn new(models: &'m Models, opts: &EngineOptions, ngram: NgramStore) -> Result<Self> {
         let info = &models.info;
+        let load_err = |what: &str, path: &str, e: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: cannot create the {what} context ({e})"));
         let ctx = models
             .target
             .new_context(model::backend()?, model::context_params(opts, info.n_ctx, 1))
-            .map_err(|e| EngineError::new(crate::core::error::ErrorCode::ModelLoadFailed, format!("{}: cannot create a context ({e})", opts.model_path)))?;
-        Ok(Session { models, ctx, batch: LlamaBatch::new(info.n_batch as usize, 1), cached: Vec::new() })
+            .map_err(|e| load_err("target", &opts.model_path, e.to_string()))?;
+        let draft = match (&models.draft, &opts.draft_model_path) {
+            (Some(m), Some(path)) => {
+                let dctx = m.new_context(model::backend()?, model::context_params(opts, info.n_ctx, 1)).map_err(|e| load_err("draft", path, e.to_string()))?;
+                Some(DraftModel::new(m, dctx, info.n_batch as usize))
+            }
+            _ => None,
+        };
+        let mut session = Session {
+            models,
+            ctx,
+            batch: LlamaBatch::new(info.n_batch as usize, 1),
+            cached: Vec::new(),
+            draft,
+            costs: BatchCost::new(MAX_BATCH_COST),
+            draft_step_ms: None,
+            ngram,
+        };
+        session.calibrate();
+        Ok(session)
     }
 
     pub fn tokens_cached(&self) -> usize {
         self.cached.len()
     }
 
-    /// Forgets the KV cache (after a failure left it in an unknown state).
+    /// Forgets the KV caches (after a failure left them in an unknown state).
     pub fn reset(&mut self) {
         self.ctx.clear_kv_cache();
         self.cached.clear();
+        if let Some(d) = self.draft.as_mut() {
+            d.reset();
+        }
     }
 
     fn n_ctx(&self) -> usize {
@@ -108,6 +161,26 @@ impl<'m> Session<'m> {
         Ok(req.grammar.clone())
     }
 
+    /// The drafters this request may use, in chain order.
+    fn drafters(&self, req: &CompletionRequest) -> Result<Vec<DrafterKind>> {
+        let has_model = self.draft.is_some();
+        let need_model = |kinds: Vec<DrafterKind>| {
+            if has_model {
+                Ok(kinds)
+            } else {
+                Err(EngineError::invalid("speculative.mode", format!("\"{}\" needs a draft model: load the engine with draftModelPath", req.speculative.mode.as_str())))
+            }
+        };
+        match req.speculative.mode {
+            SpecMode::Off => Ok(vec![]),
+            SpecMode::Ngram => Ok(vec![DrafterKind::Ngram]),
+            SpecMode::Draft => need_model(vec![DrafterKind::Model]),
+            SpecMode::NgramDraft => need_model(vec![DrafterKind::Ngram, DrafterKind::Model]),
+            SpecMode::Auto if has_model => Ok(vec![DrafterKind::Ngram, DrafterKind::Model]),
+            SpecMode::Auto => Ok(vec![DrafterKind::Ngram]),
+        }
+    }
+
     /// Decodes `tokens` at positions from `self.cached.len()`, in batches of
     /// at most n_batch; logits only for the last token.
     fn eval(&mut self, tokens: &[LlamaToken], cancel: Option<&AtomicBool>) -> Result<bool> {
@@ -121,14 +194,40 @@ impl<'m> Session<'m> {
             let base = self.cached.len();
             for (i, &t) in chunk.iter().enumerate() {
                 let logits = last_chunk && i + 1 == chunk.len();
-                self.batch
-                    .add(t, (base + i) as i32, &[0], logits)
-                    .map_err(|e| EngineError::internal(format!("batch: {e}")))?;
+                self.batch.add(t, (base + i) as i32, &[0], logits).map_err(|e| EngineError::internal(format!("batch: {e}")))?;
             }
             self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
             self.cached.extend_from_slice(chunk);
         }
         Ok(true)
+    }
+
+    /// One target pass over `[pending, drafts…]` with logits for every
+    /// position. `pending` joins the cache; the drafts are cached too and
+    /// trimmed by the caller once verified. Returns the decode time (ms).
+    fn eval_step(&mut self, pending: LlamaToken, drafts: &[i32]) -> Result<f64> {
+        let base = self.cached.len();
+        self.batch.clear();
+        let add = |b: &mut LlamaBatch, t: LlamaToken, pos: usize| b.add(t, pos as i32, &[0], true).map_err(|e| EngineError::internal(format!("batch: {e}")));
+        add(&mut self.batch, pending, base)?;
+        for (i, &d) in drafts.iter().enumerate() {
+            add(&mut self.batch, LlamaToken(d), base + 1 + i)?;
+        }
+        let t = Instant::now();
+        self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
+        let ms = ms(t);
+        self.cached.push(pending);
+        self.cached.extend(drafts.iter().map(|&d| LlamaToken(d)));
+        Ok(ms)
+    }
+
+    /// Removes cached positions from `len` on (rejected drafts).
+    fn truncate_cache(&mut self, len: usize) -> Result<()> {
+        if len < self.cached.len() {
+            self.ctx.kv_cache_seq_rm(0, Some(len as u32), None).map_err(|e| EngineError::internal(format!("kv cache: {e}")))?;
+            self.cached.truncate(len);
+        }
+        Ok(())
     }
 
     /// The legacy context shift: keep the first n_keep (+BOS) tokens, drop
@@ -144,6 +243,41 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
+    /// Measures, once at load, what a target batch of n tokens costs on this
+    /// machine and what a draft-model step costs, so the controller can price
+    /// a draft before the first one is tried. Leaves both caches empty.
+    fn calibrate(&mut self) {
+        let vocab = self.models.target.vocab();
+        let token = if (0..self.models.info.n_vocab).contains(&vocab.bos().0) { vocab.bos() } else { LlamaToken(0) };
+        // A short context first, like a real prompt; the first decode warms up.
+        let warm: Vec<LlamaToken> = vec![token; 32.min(self.n_ctx() / 2)];
+        if self.eval(&warm, None).is_err() {
+            self.reset();
+            return;
+        }
+        let base = self.cached.len();
+        for n in [1usize, 1, 2, 4, 8, 16, 1, 2] {
+            if base + n + 1 >= self.n_ctx() || n > self.models.info.n_batch as usize {
+                break;
+            }
+            self.batch.clear();
+            for i in 0..n {
+                let _ = self.batch.add(token, (base + i) as i32, &[0], true);
+            }
+            let t = Instant::now();
+            if self.ctx.decode(&mut self.batch).is_err() {
+                break;
+            }
+            self.costs.observe(n, ms(t));
+            let _ = self.ctx.kv_cache_seq_rm(0, Some(base as u32), None);
+        }
+        if let Some(d) = self.draft.as_mut() {
+            let steps: Vec<f64> = (0..3).filter_map(|_| d.measure_step_ms(token)).collect();
+            self.draft_step_ms = steps.into_iter().reduce(f64::min);
+        }
+        self.reset();
+    }
+
     fn generate(&mut self, req: &CompletionRequest, sink: &mut dyn EventSink, cancel: &AtomicBool) -> Result<CompletionResult> {
         let info = &self.models.info;
         let n_ctx = self.n_ctx();
@@ -153,6 +287,7 @@ impl<'m> Session<'m> {
         let t_start = Instant::now();
         let grammar = Self::grammar(req)?;
         let mut sampler = TokenSampler::new(&self.models.target, req, grammar.as_deref(), &info.eog, info.n_ctx)?;
+        let kinds = if sampler.supports_speculation() { self.drafters(req)? } else { vec![] };
 
         // Prompt: tokenize, fit into the window, reuse the cached prefix.
         let mut tokens = self.tokenize_prompt(req)?;
@@ -171,7 +306,6 @@ impl<'m> Session<'m> {
         let tokens_cached = n_past;
         sampler.accept_prompt(&tokens);
         if !self.eval(&tokens[n_past..], Some(cancel))? {
-            // Aborted during the prompt: keep what is in the cache consistent.
             let mut r = aborted_before_start(req, info);
             r.tokens_evaluated = n_prompt;
             r.tokens_cached = tokens_cached;
@@ -180,72 +314,230 @@ impl<'m> Session<'m> {
         let prompt_ms = ms(t_start);
         let t_gen = Instant::now();
 
+        // Drafters for this request, each with its own controller.
+        let spec = &req.speculative;
+        let prompt_ids: Vec<i32> = tokens.iter().map(|t| t.0).collect();
+        let mut ngram = kinds.contains(&DrafterKind::Ngram).then(|| {
+            let mut d = NgramDrafter::new(NgramParams::default(), self.ngram.dynamic.clone(), self.ngram.fixed.clone());
+            d.begin(&prompt_ids);
+            d
+        });
+        if let Some(d) = self.draft.as_mut() {
+            let seed = req.sampling.seed.map(|s| s as u64 ^ 0x9E37_79B9_7F4A_7C15).unwrap_or_else(|| Rng::from_entropy().next_u64());
+            d.configure(req.sampling.temperature, spec.p_min, seed);
+        }
+        let mut slots: Vec<Slot> = kinds
+            .iter()
+            .map(|&kind| Slot {
+                kind,
+                ctl: DraftController::new(spec.n_max, spec.adaptive, kind.prior_acceptance()),
+                stats: DrafterStats::default(),
+            })
+            .collect();
+
         let vocab = self.models.target.vocab();
         let mut text = TextStream::new(req.stop.clone());
         let mut probs_out: Vec<Value> = Vec::new();
         let mut n_gen = 0usize;
         let mut passes = 0usize;
+        let mut draft_ms = 0.0f64;
         let want_dist = req.n_probs > 0;
-        let stop = loop {
+        let greedy = sampler.is_greedy();
+        let budget = |n_gen: usize| if req.n_predict < 0 { usize::MAX } else { (req.n_predict as usize).saturating_sub(n_gen) };
+
+        // Each step yields tokens; the first comes from the prompt's logits.
+        let mut step_tokens: Vec<(LlamaToken, TokenSource, Option<Dist>)> = Vec::new();
+        let mut step_drafted = 0usize;
+        let mut step_accepted = 0usize;
+        let mut logits_idx = -1i32;
+        let mut pending: Option<LlamaToken> = None;
+        let stop = 'gen: loop {
             if cancel.load(Ordering::Relaxed) {
                 break Stop::Abort;
             }
-            if req.n_predict >= 0 && n_gen >= req.n_predict as usize {
+            if budget(n_gen) == 0 {
                 break Stop::Limit;
             }
-            let (token, dist) = sampler.sample(&self.ctx, -1, want_dist);
-            sampler.accept(token);
-            if vocab.is_eog(token) && !req.ignore_eos {
-                break Stop::Eos;
+            if let Some(p) = pending {
+                // Room for this step: the pending token plus the drafts.
+                if self.cached.len() + 1 >= n_ctx {
+                    if req.n_predict < 0 {
+                        break Stop::Limit;
+                    }
+                    self.shift_context(n_keep)?;
+                    truncated = true;
+                }
+                let room = n_ctx.saturating_sub(self.cached.len() + 2).min(info.n_batch as usize - 1);
+                let available = spec.n_max.min(room).min(budget(n_gen).saturating_sub(1));
+                let mut history: Vec<i32> = self.cached.iter().map(|t| t.0).collect();
+                history.push(p.0);
+                let mut draft: Option<(usize, Draft)> = None;
+                if !slots.is_empty() && available > 0 {
+                    for (si, slot) in slots.iter_mut().enumerate() {
+                        let cost = match slot.kind {
+                            DrafterKind::Model => self.draft_step_ms,
+                            DrafterKind::Ngram => Some(0.01),
+                        };
+                        if let Some(c) = cost {
+                            slot.ctl.observe_draft_cost(1, c);
+                        }
+                        let k = slot.ctl.next_length(&self.costs, available);
+                        if k == 0 {
+                            continue;
+                        }
+                        let t = Instant::now();
+                        let proposed = match slot.kind {
+                            DrafterKind::Ngram => ngram.as_mut().and_then(|d| d.draft(&history, k)),
+                            DrafterKind::Model => self.draft.as_mut().and_then(|d| d.draft(&history, k)),
+                        };
+                        let spent = ms(t);
+                        draft_ms += spent;
+                        if let (DrafterKind::Model, Some(d)) = (slot.kind, self.draft.as_ref()) {
+                            if d.last_decoded > 0 {
+                                let per = d.last_ms / d.last_decoded as f64;
+                                self.draft_step_ms = Some(self.draft_step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
+                            }
+                        }
+                        if let Some(mut d) = proposed {
+                            d.truncate(k);
+                            if d.len() >= spec.n_min.max(1) {
+                                draft = Some((si, d));
+                                break;
+                            }
+                        }
+                    }
+                }
+                let drafted: Vec<i32> = draft.as_ref().map(|(_, d)| d.tokens.clone()).unwrap_or_default();
+                let t_verify = self.eval_step(p, &drafted)?;
+                passes += 1;
+                self.costs.observe(drafted.len() + 1, t_verify);
+                // Verify drafts in order; each position sees only what was
+                // accepted before it (penalties, grammar).
+                let base = self.cached.len() - drafted.len(); // cache length after `p`
+                let mut n_ok = 0usize;
+                step_tokens.clear();
+                if let Some((si, d)) = &draft {
+                    for (i, &x) in d.tokens.iter().enumerate() {
+                        let (token, dist, ok) = if greedy {
+                            let (t, dist) = sampler.sample(&self.ctx, i as i32, want_dist);
+                            (t, dist, t.0 == x)
+                        } else {
+                            let pdist = sampler.distribution(&self.ctx, i as i32);
+                            let q = d.dists[i].clone().unwrap_or_else(|| Dist::point(x));
+                            match verify_stochastic(&pdist, &q, x, sampler.rng()) {
+                                Verdict::Accept => (LlamaToken(x), Some(pdist), true),
+                                Verdict::Reject { token } => (LlamaToken(token), Some(pdist), false),
+                            }
+                        };
+                        sampler.accept(token);
+                        let source = if ok { d.source } else { TokenSource::Target };
+                        step_tokens.push((token, source, dist));
+                        if ok {
+                            n_ok += 1;
+                        }
+                        if !ok || (vocab.is_eog(token) && !req.ignore_eos) || step_tokens.len() >= budget(n_gen) {
+                            break;
+                        }
+                    }
+                    let slot = &mut slots[*si];
+                    slot.ctl.observe_acceptance(d.len(), n_ok);
+                    slot.stats.n_drafted += d.len();
+                    slot.stats.n_accepted += n_ok;
+                    match slot.kind {
+                        DrafterKind::Ngram => ngram.as_mut().map(|g| g.accept(n_ok)),
+                        DrafterKind::Model => self.draft.as_mut().map(|g| g.accept(n_ok)),
+                    };
+                    if n_ok == d.len() {
+                        slot.ctl.reset_backoff();
+                    }
+                }
+                step_drafted = drafted.len();
+                step_accepted = n_ok;
+                // Keep `p` and the accepted drafts; drop rejected positions.
+                self.truncate_cache(base + n_ok)?;
+                let all_ok = n_ok == drafted.len();
+                let last_is_eog = step_tokens.last().is_some_and(|(t, _, _)| vocab.is_eog(*t) && !req.ignore_eos);
+                if all_ok && !last_is_eog && step_tokens.len() < budget(n_gen) {
+                    // Every draft accepted (or none proposed): the target adds one more.
+                    logits_idx = drafted.len() as i32;
+                } else {
+                    logits_idx = i32::MIN;
+                }
             }
-            n_gen += 1;
-            let piece = vocab.token_to_piece(token, false, None);
-            let pushed = text.push(&piece);
-            let mut out = TokenOut { id: token.0, piece: String::from_utf8_lossy(&piece).into_owned(), source: TokenSource::Target, probs: None };
-            if let (true, Some(d)) = (want_dist, dist.as_ref()) {
-                let probs = top_probs(&self.models.target, d, req.n_probs);
-                probs_out.push(legacy_probs(&out.piece, &probs));
-                out.probs = Some(probs);
+            if logits_idx != i32::MIN {
+                let (token, dist) = sampler.sample(&self.ctx, logits_idx, want_dist);
+                sampler.accept(token);
+                step_tokens.push((token, TokenSource::Target, dist));
             }
-            let mut stop = if pushed.stop.is_some() {
-                Some(Stop::Word)
-            } else if req.n_predict >= 0 && n_gen >= req.n_predict as usize {
-                Some(Stop::Limit)
-            } else {
-                None
-            };
-            // With n_predict = -1 generation ends when the context is full;
-            // with a budget it shifts the context and goes on, as the legacy server.
-            if stop.is_none() && self.cached.len() + 1 >= n_ctx && req.n_predict < 0 {
+            // Emit this step's tokens, stopping at the first end condition.
+            let mut out = Vec::with_capacity(step_tokens.len());
+            let mut content = String::new();
+            let mut stop = None;
+            for (token, source, dist) in step_tokens.drain(..) {
+                if vocab.is_eog(token) && !req.ignore_eos {
+                    stop = Some(Stop::Eos);
+                    break;
+                }
+                n_gen += 1;
+                pending = Some(token);
+                let piece = vocab.token_to_piece(token, false, None);
+                let pushed = text.push(&piece);
+                content.push_str(&pushed.text);
+                let mut t = TokenOut { id: token.0, piece: String::from_utf8_lossy(&piece).into_owned(), source, probs: None };
+                if let (true, Some(d)) = (want_dist, dist.as_ref()) {
+                    let probs = top_probs(&self.models.target, d, req.n_probs);
+                    probs_out.push(legacy_probs(&t.piece, &probs));
+                    t.probs = Some(probs);
+                }
+                out.push(t);
+                if pushed.stop.is_some() {
+                    stop = Some(Stop::Word);
+                    break;
+                }
+                if budget(n_gen) == 0 {
+                    stop = Some(Stop::Limit);
+                    break;
+                }
+            }
+            // With n_predict = -1 generation ends when the context is full.
+            if stop.is_none() && req.n_predict < 0 && self.cached.len() + 2 >= n_ctx {
                 stop = Some(Stop::Limit);
             }
-            let mut content = pushed.text;
             if stop.is_some() {
                 content.push_str(&text.finish());
             }
-            let event = TokenEvent { content, tokens: vec![out], n_drafted: 0, n_accepted: 0 };
-            if !sink.token(&event) {
-                break Stop::Abort;
+            if !out.is_empty() || !content.is_empty() {
+                let event = TokenEvent { content, tokens: out, n_drafted: step_drafted, n_accepted: step_accepted };
+                if !sink.token(&event) {
+                    break 'gen Stop::Abort;
+                }
             }
             if let Some(s) = stop {
                 break s;
             }
-            if self.cached.len() + 1 >= n_ctx {
-                self.shift_context(n_keep)?;
-                truncated = true;
-            }
-            self.eval(&[token], None)?;
-            passes += 1;
+            logits_idx = i32::MIN;
         };
         // Anything still held back (a partial stop prefix, an incomplete
         // character) is released when generation ends for another reason.
-        if matches!(stop, Stop::Eos | Stop::Abort) {
+        if matches!(stop, Stop::Abort) || (stop == Stop::Limit && text.held_bytes() > 0) {
             let rest = text.finish();
             if !rest.is_empty() {
                 sink.token(&TokenEvent { content: rest, tokens: vec![], n_drafted: 0, n_accepted: 0 });
             }
         }
+        if let Some(mut d) = ngram {
+            d.end();
+        }
         let predicted_ms = ms(t_gen);
+        let mut stats = SpeculativeStats { mode: req.speculative.mode.as_str().into(), target_passes: passes, draft_ms, ..Default::default() };
+        for slot in &slots {
+            stats.n_drafted += slot.stats.n_drafted;
+            stats.n_accepted += slot.stats.n_accepted;
+            let entry = stats.drafters.entry(slot.kind.name().to_string()).or_default();
+            entry.n_drafted += slot.stats.n_drafted;
+            entry.n_accepted += slot.stats.n_accepted;
+        }
+        stats.acceptance_rate = if stats.n_drafted > 0 { stats.n_accepted as f64 / stats.n_drafted as f64 } else { 0.0 };
         Ok(CompletionResult {
             content: text.content().to_string(),
             stop: true,
@@ -261,10 +553,49 @@ impl<'m> Session<'m> {
             stopping_word: text.stopped().unwrap_or_default().to_string(),
             generation_settings: req.generation_settings(info.n_ctx, &info.name),
             timings: Timings::new(tokens.len() - tokens_cached, prompt_ms, n_gen, predicted_ms),
-            speculative: SpeculativeStats { mode: "off".into(), target_passes: passes, ..Default::default() },
+            speculative: stats,
             completion_probabilities: want_dist.then_some(probs_out),
         })
     }
+}
+
+/// Largest target batch the cost model tracks (n_max 64 + 1).
+const MAX_BATCH_COST: usize = 65;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DrafterKind {
+    Ngram,
+    Model,
+}
+
+impl DrafterKind {
+    fn name(self) -> &'static str {
+        match self {
+            DrafterKind::Ngram => "ngram",
+            DrafterKind::Model => "draft",
+        }
+    }
+
+    /// Acceptance assumed before any is measured.
+    fn prior_acceptance(self) -> f64 {
+        match self {
+            DrafterKind::Ngram => 0.6,
+            DrafterKind::Model => 0.7,
+        }
+    }
+}
+
+struct Slot {
+    kind: DrafterKind,
+    ctl: DraftController,
+    stats: DrafterStats,
+}
+
+/// The n-gram caches shared by every request of an engine.
+#[derive(Clone, Default)]
+pub struct NgramStore {
+    pub dynamic: Arc<Mutex<NgramCache>>,
+    pub fixed: Option<Arc<NgramCache>>,
 }
 
 /// The result of a request that was aborted before it produced anything.

@@ -1,0 +1,176 @@
+//! The draft model as a `Drafter`: a small model with its own context whose
+//! KV cache follows the target's accepted tokens. Rejected positions are
+//! removed lazily: before drafting, the cache is cut back to the longest
+//! prefix it shares with the accepted history, and only the missing tokens
+//! are evaluated (in one batch).
+
+use std::time::Instant;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+
+use super::sampler::argmax;
+use crate::core::drafter::{Draft, Drafter};
+use crate::core::events::TokenSource;
+use crate::core::prompt::common_prefix;
+use crate::core::rng::Rng;
+use crate::core::verify::Dist;
+
+/// Candidates kept from the draft's distribution when sampling: q only has
+/// to be the distribution the draft was drawn from, so truncating it is
+/// exact as long as verification sees the same q.
+const DRAFT_TOP_K: usize = 40;
+
+pub struct DraftModel<'m> {
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    cached: Vec<LlamaToken>,
+    n_batch: usize,
+    /// Per request: temperature (<= 0 → greedy drafts), confidence floor, rng.
+    temperature: f32,
+    p_min: f32,
+    rng: Rng,
+    /// Time spent in the last `draft` call, for the cost model.
+    pub last_ms: f64,
+    /// Tokens decoded by the last `draft` call (catch-up plus drafted).
+    pub last_decoded: usize,
+}
+
+impl<'m> DraftModel<'m> {
+    pub fn new(_model: &'m LlamaModel, ctx: LlamaContext<'m>, n_batch: usize) -> Self {
+        DraftModel {
+            ctx,
+            batch: LlamaBatch::new(n_batch, 1),
+            cached: Vec::new(),
+            n_batch,
+            temperature: 0.0,
+            p_min: 0.0,
+            rng: Rng::new(0),
+            last_ms: 0.0,
+            last_decoded: 0,
+        }
+    }
+
+    pub fn configure(&mut self, temperature: f32, p_min: f32, seed: u64) {
+        self.temperature = temperature;
+        self.p_min = p_min;
+        self.rng = Rng::new(seed);
+    }
+
+    pub fn reset(&mut self) {
+        self.ctx.clear_kv_cache();
+        self.cached.clear();
+    }
+
+    /// Time to decode one token on the draft model (for calibration).
+    pub fn measure_step_ms(&mut self, token: LlamaToken) -> Option<f64> {
+        let pos = self.cached.len();
+        self.batch.clear();
+        self.batch.add(token, pos as i32, &[0], true).ok()?;
+        let t = Instant::now();
+        self.ctx.decode(&mut self.batch).ok()?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        let _ = self.ctx.kv_cache_seq_rm(0, Some(pos as u32), None);
+        Some(ms)
+    }
+
+    fn decode(&mut self, tokens: &[LlamaToken]) -> bool {
+        for (ci, chunk) in tokens.chunks(self.n_batch).enumerate() {
+            let last_chunk = (ci + 1) * self.n_batch >= tokens.len();
+            self.batch.clear();
+            let base = self.cached.len();
+            for (i, &t) in chunk.iter().enumerate() {
+                if self.batch.add(t, (base + i) as i32, &[0], last_chunk && i + 1 == chunk.len()).is_err() {
+                    return false;
+                }
+            }
+            if self.ctx.decode(&mut self.batch).is_err() {
+                self.reset();
+                return false;
+            }
+            self.cached.extend_from_slice(chunk);
+        }
+        true
+    }
+
+    /// Brings the draft cache to `history` with logits for its last token.
+    fn sync(&mut self, history: &[LlamaToken]) -> bool {
+        let mut keep = common_prefix(&self.cached, history);
+        if keep == history.len() {
+            keep -= 1; // re-evaluate the last token to get its logits
+        }
+        if self.ctx.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
+            self.reset();
+            keep = 0;
+        }
+        self.cached.truncate(keep);
+        self.last_decoded += history.len() - keep;
+        self.decode(&history[keep..])
+    }
+
+    /// The draft's distribution at its last output, at the request's temperature.
+    fn distribution(&self) -> Dist {
+        let logits = self.ctx.get_logits_ith(-1);
+        let mut idx: Vec<usize> = (0..logits.len()).collect();
+        let k = DRAFT_TOP_K.min(idx.len());
+        idx.select_nth_unstable_by(k - 1, |&a, &b| logits[b].total_cmp(&logits[a]));
+        idx.truncate(k);
+        let t = if self.temperature > 0.0 { self.temperature } else { 1.0 };
+        let ids: Vec<i32> = idx.iter().map(|&i| i as i32).collect();
+        let scaled: Vec<f32> = idx.iter().map(|&i| logits[i] / t).collect();
+        Dist::from_logits(&ids, &scaled)
+    }
+}
+
+impl Drafter for DraftModel<'_> {
+    fn name(&self) -> &'static str {
+        "draft"
+    }
+
+    fn begin(&mut self, _prompt: &[i32]) {}
+
+    fn draft(&mut self, history: &[i32], n_max: usize) -> Option<Draft> {
+        let start = Instant::now();
+        self.last_decoded = 0;
+        let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
+        let mut draft = Draft { tokens: Vec::new(), dists: Vec::new(), source: TokenSource::Draft };
+        if n_max == 0 || history.is_empty() || !self.sync(&history) {
+            self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
+            return None;
+        }
+        let greedy = self.temperature <= 0.0;
+        for i in 0..n_max {
+            let (token, confidence, q) = if greedy {
+                let logits = self.ctx.get_logits_ith(-1);
+                let best = argmax(logits);
+                // Confidence of the greedy pick: its softmax probability.
+                let max = logits[best as usize];
+                let z: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+                (best, 1.0 / z, None)
+            } else {
+                let q = self.distribution();
+                let Some(x) = q.sample(&mut self.rng) else { break };
+                let conf = q.probs.iter().cloned().fold(0.0f32, f32::max);
+                (x, conf, Some(q))
+            };
+            if confidence < self.p_min {
+                break;
+            }
+            draft.tokens.push(token);
+            draft.dists.push(q);
+            if i + 1 == n_max {
+                break;
+            }
+            self.last_decoded += 1;
+            if !self.decode(&[LlamaToken(token)]) {
+                break;
+            }
+        }
+        self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
+        (!draft.is_empty()).then_some(draft)
+    }
+
+    fn accept(&mut self, _n_accepted: usize) {}
+}
