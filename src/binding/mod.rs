@@ -144,6 +144,8 @@ impl NativeEngine {
             "threads": info.threads,
             "vocabSize": info.n_vocab,
             "tokensCached": st.tokens_cached,
+            "batchCostMs": st.batch_cost_ms,
+            "draftStepMs": st.draft_step_ms,
             "ngramCache": {
                 "dynamicEntries": ngram_dynamic,
                 "staticEntries": ngram_static,

@@ -40,6 +40,10 @@ impl BatchCost {
         });
     }
 
+    pub fn measured(&self, n: usize) -> Option<f64> {
+        self.ms.get(n).copied().flatten()
+    }
+
     pub fn is_calibrated(&self) -> bool {
         self.ms.iter().filter(|m| m.is_some()).count() >= 2
     }

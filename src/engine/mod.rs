@@ -21,6 +21,8 @@ use crate::core::events::EventSink;
 use crate::core::request::CompletionRequest;
 pub use model::{EngineOptions, ModelInfo};
 
+type Costs = (Vec<Option<f64>>, Option<f64>);
+
 pub struct Job {
     pub id: u64,
     pub request: CompletionRequest,
@@ -69,8 +71,11 @@ impl Shared {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Status {
+    /// Measured cost (ms) of a target batch of n tokens, index n; and of a draft step.
+    pub batch_cost_ms: Vec<Option<f64>>,
+    pub draft_step_ms: Option<f64>,
     pub queued: usize,
     pub busy: bool,
     pub disposed: bool,
@@ -88,6 +93,7 @@ pub struct Engine {
     info: ModelInfo,
     next_id: AtomicU64,
     tokens_cached: Arc<AtomicU64>,
+    costs: Arc<Mutex<Costs>>,
     ngram: session::NgramStore,
     ngram_path: Option<String>,
     /// Why a configured n-gram cache file could not be used (the engine works without it).
@@ -101,15 +107,17 @@ impl Engine {
         let shared = Arc::new(Shared::default());
         let tokens_cached = Arc::new(AtomicU64::new(0));
         let (ngram, ngram_errors) = load_ngram_caches(&opts);
+        let costs: Arc<Mutex<Costs>> = Arc::default();
         let ngram_path = opts.ngram_cache_path.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(Arc<LlamaModel>, ModelInfo)>>();
         let thread = {
             let shared = shared.clone();
             let tokens_cached = tokens_cached.clone();
             let ngram = ngram.clone();
+            let costs = costs.clone();
             std::thread::Builder::new()
                 .name("llama-engine".into())
-                .spawn(move || engine_thread(opts, progress, shared, ready_tx, tokens_cached, ngram))
+                .spawn(move || engine_thread(opts, progress, shared, ready_tx, tokens_cached, costs, ngram))
                 .map_err(|e| EngineError::internal(format!("cannot start the engine thread: {e}")))?
         };
         match ready_rx.recv() {
@@ -120,6 +128,7 @@ impl Engine {
                 info,
                 next_id: AtomicU64::new(1),
                 tokens_cached,
+                costs,
                 ngram,
                 ngram_path,
                 ngram_errors,
@@ -210,6 +219,8 @@ impl Engine {
             busy: st.running.is_some(),
             disposed: st.closed,
             tokens_cached: self.tokens_cached.load(Ordering::Relaxed) as usize,
+            batch_cost_ms: self.costs.lock().map(|c| c.0.clone()).unwrap_or_default(),
+            draft_step_ms: self.costs.lock().ok().and_then(|c| c.1),
         }
     }
 
@@ -265,6 +276,7 @@ fn engine_thread(
     shared: Arc<Shared>,
     ready: mpsc::Sender<Result<(Arc<LlamaModel>, ModelInfo)>>,
     tokens_cached: Arc<AtomicU64>,
+    costs: Arc<Mutex<Costs>>,
     ngram: session::NgramStore,
 ) {
     let loaded = catch_unwind(AssertUnwindSafe(|| session::Models::load(&opts, progress)))
@@ -285,6 +297,12 @@ fn engine_thread(
             return;
         }
     };
+    let publish = |session: &session::Session| {
+        if let Ok(mut c) = costs.lock() {
+            *c = session.costs();
+        }
+    };
+    publish(&session);
     if ready.send(Ok((models.target.clone(), models.info.clone()))).is_err() {
         return;
     }
@@ -300,6 +318,7 @@ fn engine_thread(
                 Err(EngineError::internal(format!("the engine recovered from a panic: {why}")))
             });
         tokens_cached.store(session.tokens_cached() as u64, Ordering::Relaxed);
+        publish(&session);
         shared.job_done();
         job.sink.finish(outcome);
     }

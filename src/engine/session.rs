@@ -114,6 +114,11 @@ impl<'m> Session<'m> {
         self.cached.len()
     }
 
+    /// Measured costs: target batch of n tokens (index n), draft step.
+    pub fn costs(&self) -> (Vec<Option<f64>>, Option<f64>) {
+        ((0..=16).map(|n| if n == 0 { None } else { self.costs.measured(n) }).collect(), self.draft_step_ms)
+    }
+
     /// Forgets the KV caches (after a failure left them in an unknown state).
     pub fn reset(&mut self) {
         self.ctx.clear_kv_cache();

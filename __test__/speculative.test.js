@@ -1,0 +1,280 @@
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, chat, run } = require('./helpers')
+
+const PROMPTS = [
+  chat('List the planets of the solar system in order.'),
+  chat('Write a haiku about autumn leaves.'),
+  chat('Explain what a hash table is in two sentences.'),
+  chat('Write a JavaScript function that reverses a string.'),
+  chat('Repeat exactly: The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog.'),
+  chat('What is the capital of Japan? Answer briefly.'),
+  'Once upon a time, in a small village by the sea,',
+  'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+  chat('Translate to French: good morning, my friend.'),
+  chat('Give me three tips for better sleep.'),
+]
+
+// Modes that must reproduce plain greedy decoding exactly. Fixed-length
+// drafting (adaptive: false) forces drafts on every step, so verification
+// is really exercised; the adaptive ones are what users get by default.
+const MODES = [
+  { mode: 'draft', adaptive: false, n_max: 4 },
+  { mode: 'draft', adaptive: false, n_max: 8, p_min: 0 },
+  { mode: 'ngram', adaptive: false, n_max: 8 },
+  { mode: 'ngram+draft', adaptive: false, n_max: 6 },
+  { mode: 'auto' },
+]
+
+const N = 40
+
+describe('draft compatibility', () => {
+  test('a draft with another vocabulary is rejected with INCOMPATIBLE_DRAFT saying why', async () => {
+    const err = await LlamaEngine.load({ modelPath: TARGET, draftModelPath: GEMMA, contextSize: 512 }).catch((e) => e)
+    expect(err.code).toBe('INCOMPATIBLE_DRAFT')
+    expect(err.message).toMatch(/vocabulary|token|BOS|EOS/)
+  })
+
+  test('a missing draft file is MODEL_LOAD_FAILED naming it', async () => {
+    await expect(LlamaEngine.load({ modelPath: TARGET, draftModelPath: '/nonexistent/draft.gguf' })).rejects.toMatchObject({
+      code: 'MODEL_LOAD_FAILED',
+      message: expect.stringContaining('/nonexistent/draft.gguf'),
+    })
+  })
+
+  test('draft modes without a draft model are INVALID_REQUEST', async () => {
+    const e = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512 })
+    await expect(e.complete({ prompt: 'x', speculative: { mode: 'draft' } })).rejects.toMatchObject({
+      code: 'INVALID_REQUEST',
+      message: expect.stringContaining('speculative.mode'),
+    })
+    await e.dispose()
+  })
+})
+
+describe.each([
+  ['Q4_1 target + Q2_K draft', TARGET],
+  ['F16 target + Q2_K draft', F16],
+])('greedy identity: %s', (_name, target) => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: target, draftModelPath: DRAFT, contextSize: 2048, threads: 2 })
+  })
+  afterAll(() => engine.dispose())
+
+  test.each(PROMPTS.map((p, i) => [i, p]))('prompt %i: every mode equals mode "off" token for token', async (_i, prompt) => {
+    const base = { prompt, n_predict: N, temperature: 0, ignore_eos: true }
+    const off = await run(engine, { ...base, speculative: { mode: 'off' } })
+    const ids = off.tokens.map((t) => t.id)
+    expect(off.result.speculative.n_drafted).toBe(0)
+    let drafted = 0
+    for (const speculative of MODES) {
+      const r = await run(engine, { ...base, speculative })
+      expect({ mode: speculative, ids: r.tokens.map((t) => t.id) }).toEqual({ mode: speculative, ids })
+      expect(r.result.content).toBe(off.result.content)
+      drafted += r.result.speculative.n_drafted
+    }
+    expect(drafted).toBeGreaterThan(0)
+  })
+
+  test('identity holds with penalties, logit_bias, a grammar and stop strings', async () => {
+    const variants = [
+      { prompt: PROMPTS[0], repeat_penalty: 1.3, repeat_last_n: 32, frequency_penalty: 0.2, presence_penalty: 0.2 },
+      { prompt: PROMPTS[2], logit_bias: [[engine.tokenize(' a')[0], -5], [engine.tokenize(' the')[0], 2]] },
+      { prompt: PROMPTS[5], grammar: 'root ::= [A-Z][a-z]+ (" " [a-z]+)* "."' },
+      { prompt: PROMPTS[4], stop: ['lazy dog. The'] },
+    ]
+    for (const v of variants) {
+      const base = { n_predict: N, temperature: 0, ...v }
+      const off = await run(engine, { ...base, speculative: { mode: 'off' } })
+      for (const speculative of MODES) {
+        const r = await run(engine, { ...base, speculative })
+        expect(r.tokens.map((t) => t.id)).toEqual(off.tokens.map((t) => t.id))
+        expect(r.result.content).toBe(off.result.content)
+        expect(r.result.stopping_word).toBe(off.result.stopping_word)
+      }
+    }
+  })
+})
+
+describe('events and stats', () => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: TARGET, draftModelPath: DRAFT, contextSize: 2048, threads: 2 })
+  })
+  afterAll(() => engine.dispose())
+
+  test.each([
+    [{ mode: 'draft', adaptive: false, n_max: 5 }],
+    [{ mode: 'ngram+draft', adaptive: false, n_max: 6 }],
+    [{ mode: 'auto' }],
+  ])('per-step counts add up to the result totals (%j)', async (speculative) => {
+    const { events, result } = await run(engine, { prompt: PROMPTS[4], n_predict: 48, temperature: 0, ignore_eos: true, speculative })
+    const steps = events.filter((e) => e.type === 'token' && e.tokens.length > 0)
+    const s = result.speculative
+    expect(steps.reduce((a, e) => a + e.n_drafted, 0)).toBe(s.n_drafted)
+    expect(steps.reduce((a, e) => a + e.n_accepted, 0)).toBe(s.n_accepted)
+    const drafters = Object.values(s.drafters)
+    expect(drafters.reduce((a, d) => a + d.n_drafted, 0)).toBe(s.n_drafted)
+    expect(drafters.reduce((a, d) => a + d.n_accepted, 0)).toBe(s.n_accepted)
+    // Accepted tokens carry their drafter as source; the rest are the target's.
+    const tokens = steps.flatMap((e) => e.tokens)
+    expect(tokens.filter((t) => t.source !== 'target').length).toBe(s.n_accepted)
+    for (const [name, d] of Object.entries(s.drafters)) {
+      expect(tokens.filter((t) => t.source === name).length).toBe(d.n_accepted)
+    }
+    // A step has at most n_accepted + 1 tokens; each step after the first is one target pass.
+    for (const e of steps) {
+      expect(e.n_accepted).toBeLessThanOrEqual(e.n_drafted)
+      expect(e.tokens.length).toBeLessThanOrEqual(e.n_accepted + 1)
+    }
+    expect(s.target_passes).toBe(steps.length - 1)
+    expect(result.tokens_predicted).toBe(tokens.length)
+    expect(s.acceptance_rate).toBeCloseTo(s.n_drafted ? s.n_accepted / s.n_drafted : 0, 10)
+    expect(s.mode).toBe(speculative.mode)
+    expect(s.draft_ms).toBeGreaterThanOrEqual(0)
+  })
+})
+
+describe('stochastic verification keeps the target distribution', () => {
+  // The target's distribution is tilted away from the draft's with
+  // logit_bias (the draft does not see it), so a verifier that accepted
+  // drafts too eagerly would show the draft's preferences in the output.
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: TARGET, draftModelPath: DRAFT, contextSize: 1024, threads: 2 })
+  })
+  afterAll(() => engine.dispose())
+
+  function chiSquareHomogeneity(a, b) {
+    // Pool rare categories so every expected count is >= 5.
+    const keys = new Set([...a.keys(), ...b.keys()])
+    const na = [...a.values()].reduce((x, y) => x + y, 0)
+    const nb = [...b.values()].reduce((x, y) => x + y, 0)
+    const cells = []
+    let restA = 0
+    let restB = 0
+    for (const k of keys) {
+      const ca = a.get(k) || 0
+      const cb = b.get(k) || 0
+      const expectedMin = Math.min(((ca + cb) * na) / (na + nb), ((ca + cb) * nb) / (na + nb))
+      if (expectedMin >= 5) cells.push([ca, cb])
+      else {
+        restA += ca
+        restB += cb
+      }
+    }
+    if (restA + restB > 0) cells.push([restA, restB])
+    let chi = 0
+    for (const [ca, cb] of cells) {
+      const t = ca + cb
+      const ea = (t * na) / (na + nb)
+      const eb = (t * nb) / (na + nb)
+      chi += (ca - ea) ** 2 / ea + (cb - eb) ** 2 / eb
+    }
+    return { chi, df: cells.length - 1 }
+  }
+
+  expect.extend({
+    toBeBelow(received, limit) {
+      return { pass: received < limit, message: () => `chi-square ${received.toFixed(1)} is not below the 0.1 % critical value ${limit.toFixed(1)}` }
+    },
+  })
+
+  // Upper 0.1 % point of chi-square via the Wilson–Hilferty approximation.
+  const chiCritical = (df) => df * (1 - 2 / (9 * df) + 3.09 * Math.sqrt(2 / (9 * df))) ** 3
+
+  test('2nd and 3rd tokens follow the same distribution with and without drafting', async () => {
+    const prompt = chat('Name a color.')
+    const off = await run(engine, { prompt, n_predict: 1, temperature: 0 })
+    const favourite = off.tokens[0].id
+    const SAMPLES = 300
+    const base = { prompt, n_predict: 4, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true, logit_bias: [[favourite, -2]] }
+    const dist = { off: [new Map(), new Map()], draft: [new Map(), new Map()] }
+    let drafted = 0
+    let accepted = 0
+    for (let seed = 1; seed <= SAMPLES; seed++) {
+      for (const [name, speculative] of [['off', { mode: 'off' }], ['draft', { mode: 'draft', adaptive: false, n_max: 3, p_min: 0 }]]) {
+        const r = await run(engine, { ...base, seed, speculative })
+        for (const pos of [1, 2]) {
+          const id = r.tokens[pos].id
+          dist[name][pos - 1].set(id, (dist[name][pos - 1].get(id) || 0) + 1)
+        }
+        if (name === 'draft') {
+          drafted += r.result.speculative.n_drafted
+          accepted += r.result.speculative.n_accepted
+        }
+      }
+    }
+    for (const pos of [0, 1]) {
+      const { chi, df } = chiSquareHomogeneity(dist.off[pos], dist.draft[pos])
+      expect(df).toBeGreaterThan(0)
+      expect({ pos, chi }).toEqual({ pos, chi: expect.toBeBelow(chiCritical(df)) })
+    }
+    // Drafts were really verified: some accepted, some rejected.
+    expect(accepted).toBeGreaterThan(0)
+    expect(accepted).toBeLessThan(drafted)
+  })
+})
+
+describe('n-gram caches', () => {
+  const question = chat('Describe the water cycle in a few sentences.')
+  const similar = chat('Describe the water cycle in a few sentences, please.')
+  const req = (prompt) => ({ prompt, n_predict: 64, temperature: 0, ignore_eos: true, speculative: { mode: 'ngram', adaptive: false, n_max: 8 } })
+  const load = (extra = {}) => LlamaEngine.load({ modelPath: TARGET, contextSize: 1024, threads: 2, ...extra })
+
+  test('the dynamic cache raises acceptance on a second, similar request; it saves and loads', async () => {
+    const cold = await load()
+    const coldRun = await run(cold, req(similar))
+    await cold.dispose()
+
+    const warm = await load()
+    await run(warm, req(question))
+    const warmRun = await run(warm, req(similar))
+    expect(warmRun.result.speculative.n_accepted).toBeGreaterThan(coldRun.result.speculative.n_accepted)
+    expect(warmRun.result.content).toBe(coldRun.result.content)
+
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'le-ngram-'))
+    const file = path.join(dir, 'dynamic.bin')
+    await warm.saveNgramCache(file)
+    const entries = warm.status().ngramCache.dynamicEntries
+    expect(entries).toBeGreaterThan(0)
+    expect(fs.statSync(file).size).toBeGreaterThan(0)
+    await warm.dispose()
+
+    // Loaded back through the public API, it drafts like the warm engine.
+    const reloaded = await load({ ngramCachePath: file })
+    expect(reloaded.status().ngramCache).toMatchObject({ dynamicEntries: entries, errors: [] })
+    const again = await run(reloaded, req(similar))
+    expect(again.result.speculative.n_accepted).toBeGreaterThan(coldRun.result.speculative.n_accepted)
+    await reloaded.saveNgramCache() // to ngramCachePath
+    await reloaded.dispose()
+
+    // The same file works as a read-only static cache.
+    const withStatic = await load({ staticNgramCachePath: file })
+    expect(withStatic.status().ngramCache.staticEntries).toBe(entries)
+    const s = await run(withStatic, req(similar))
+    expect(s.result.content).toBe(coldRun.result.content)
+    await withStatic.dispose()
+  })
+
+  test('a corrupt cache file is reported and the engine works without it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'le-ngram-'))
+    const bad = path.join(dir, 'bad.bin')
+    fs.writeFileSync(bad, Buffer.from([1, 0, 0, 0, 2, 0, 0])) // cut mid-record
+    const e = await load({ ngramCachePath: bad, staticNgramCachePath: bad })
+    const errors = e.status().ngramCache.errors
+    expect(errors).toHaveLength(2)
+    expect(errors[0]).toMatch(/ngramCachePath/)
+    const r = await run(e, req(question))
+    expect(r.result.tokens_predicted).toBe(64)
+    await e.dispose()
+  })
+
+  test('saveNgramCache without a path or configured file is INVALID_REQUEST', async () => {
+    const e = await load()
+    await expect(e.saveNgramCache()).rejects.toMatchObject({ code: 'INVALID_REQUEST' })
+    await e.dispose()
+  })
+})
