@@ -161,6 +161,11 @@ export interface EngineStatus {
   threads?: number
   vocabSize?: number
   tokensCached?: number
+  /** Measured cost (ms) of a target batch of n tokens, at index n. */
+  batchCostMs?: Array<number | null>
+  /** Measured cost (ms) of one draft-model step. */
+  draftStepMs?: number | null
+  ngramCache?: { dynamicEntries: number; staticEntries: number; errors: string[] }
 }
 
 export declare class LlamaEngine {
@@ -177,6 +182,8 @@ export declare class LlamaEngine {
   /** Stops the request that is running now. */
   cancel(): void
   status(): EngineStatus
+  /** Writes the dynamic n-gram cache (llama.cpp lookup format) to `path`, or to `ngramCachePath`. */
+  saveNgramCache(path?: string): Promise<void>
   /** Frees models and contexts now, not at GC. */
   dispose(): Promise<void>
 }

@@ -24,6 +24,7 @@ const MODES = [
   { mode: 'draft', adaptive: false, n_max: 8, p_min: 0 },
   { mode: 'ngram', adaptive: false, n_max: 8 },
   { mode: 'ngram+draft', adaptive: false, n_max: 6 },
+  { mode: 'draft', adaptive: false, n_max: 4, n_parallel: 3, p_split: 0.05, p_min: 0 },
   { mode: 'auto' },
 ]
 
@@ -185,36 +186,43 @@ describe('stochastic verification keeps the target distribution', () => {
   // Upper 0.1 % point of chi-square via the Wilson–Hilferty approximation.
   const chiCritical = (df) => df * (1 - 2 / (9 * df) + 3.09 * Math.sqrt(2 / (9 * df))) ** 3
 
-  test('2nd and 3rd tokens follow the same distribution with and without drafting', async () => {
+  test('2nd and 3rd tokens follow the same distribution with and without drafting (chain and tree)', async () => {
     const prompt = chat('Name a color.')
     const off = await run(engine, { prompt, n_predict: 1, temperature: 0 })
     const favourite = off.tokens[0].id
     const SAMPLES = 300
     const base = { prompt, n_predict: 4, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true, logit_bias: [[favourite, -2]] }
-    const dist = { off: [new Map(), new Map()], draft: [new Map(), new Map()] }
-    let drafted = 0
-    let accepted = 0
+    const ARMS = [
+      ['off', { mode: 'off' }],
+      ['draft', { mode: 'draft', adaptive: false, n_max: 3, p_min: 0 }],
+      ['tree', { mode: 'draft', adaptive: false, n_max: 3, p_min: 0, n_parallel: 3, p_split: 0.05 }],
+    ]
+    const dist = Object.fromEntries(ARMS.map(([name]) => [name, [new Map(), new Map()]]))
+    const drafted = { draft: 0, tree: 0 }
+    const accepted = { draft: 0, tree: 0 }
     for (let seed = 1; seed <= SAMPLES; seed++) {
-      for (const [name, speculative] of [['off', { mode: 'off' }], ['draft', { mode: 'draft', adaptive: false, n_max: 3, p_min: 0 }]]) {
+      for (const [name, speculative] of ARMS) {
         const r = await run(engine, { ...base, seed, speculative })
         for (const pos of [1, 2]) {
           const id = r.tokens[pos].id
           dist[name][pos - 1].set(id, (dist[name][pos - 1].get(id) || 0) + 1)
         }
-        if (name === 'draft') {
-          drafted += r.result.speculative.n_drafted
-          accepted += r.result.speculative.n_accepted
+        if (name !== 'off') {
+          drafted[name] += r.result.speculative.n_drafted
+          accepted[name] += r.result.speculative.n_accepted
         }
       }
     }
-    for (const pos of [0, 1]) {
-      const { chi, df } = chiSquareHomogeneity(dist.off[pos], dist.draft[pos])
-      expect(df).toBeGreaterThan(0)
-      expect({ pos, chi }).toEqual({ pos, chi: expect.toBeBelow(chiCritical(df)) })
+    for (const arm of ['draft', 'tree']) {
+      for (const pos of [0, 1]) {
+        const { chi, df } = chiSquareHomogeneity(dist.off[pos], dist[arm][pos])
+        expect(df).toBeGreaterThan(0)
+        expect({ arm, pos, chi }).toEqual({ arm, pos, chi: expect.toBeBelow(chiCritical(df)) })
+      }
+      // Drafts were really verified: some accepted, some rejected.
+      expect(accepted[arm]).toBeGreaterThan(0)
+      expect(accepted[arm]).toBeLessThan(drafted[arm])
     }
-    // Drafts were really verified: some accepted, some rejected.
-    expect(accepted).toBeGreaterThan(0)
-    expect(accepted).toBeLessThan(drafted)
   })
 })
 

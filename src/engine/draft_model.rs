@@ -42,7 +42,7 @@ impl<'m> DraftModel<'m> {
     pub fn new(_model: &'m LlamaModel, ctx: LlamaContext<'m>, n_batch: usize) -> Self {
         DraftModel {
             ctx,
-            batch: LlamaBatch::new(n_batch, 1),
+            batch: LlamaBatch::new(n_batch, super::session::MAX_SEQS as i32),
             cached: Vec::new(),
             n_batch,
             temperature: 0.0,
@@ -122,6 +122,108 @@ impl<'m> DraftModel<'m> {
         let scaled: Vec<f32> = idx.iter().map(|&i| logits[i] / t).collect();
         Dist::from_logits(&ids, &scaled)
     }
+}
+
+/// One root-to-leaf path of a draft tree; branches share their prefixes.
+#[derive(Debug, Clone)]
+pub struct Branch {
+    pub tokens: Vec<i32>,
+}
+
+impl DraftModel<'_> {
+    /// Drafts a tree of up to `n_branches` paths, `depth` tokens deep, as the
+    /// seeds' speculative.cpp: a branch splits when a runner-up candidate is
+    /// more probable than `p_split`. Tokens are the model's top candidates
+    /// (deterministic), so each is a point mass for stochastic verification.
+    /// Branch b lives in sequence b + 1 of the draft cache while drafting.
+    pub fn draft_tree(&mut self, history: &[i32], depth: usize, n_branches: usize, p_split: f32) -> Option<Vec<Branch>> {
+        let start = Instant::now();
+        self.last_decoded = 0;
+        let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
+        if depth == 0 || history.is_empty() || !self.sync(&history) {
+            self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
+            return None;
+        }
+        let base = self.cached.len();
+        struct Live {
+            branch: usize,
+            logits: i32,
+            active: bool,
+        }
+        let mut branches = vec![Branch { tokens: Vec::new() }];
+        let _ = self.ctx.kv_cache_seq_cp(0, 1, None, None);
+        let mut live = vec![Live { branch: 0, logits: -1, active: true }];
+        for d in 0..depth {
+            let mut next: Vec<(usize, i32)> = Vec::new();
+            let n_live = live.len();
+            for li in 0..n_live {
+                if !live[li].active {
+                    continue;
+                }
+                let logits = self.ctx.get_logits_ith(live[li].logits);
+                let (top, second) = top_two(logits);
+                let max = logits[top as usize];
+                let z: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+                let p_top = 1.0 / z;
+                if p_top < self.p_min {
+                    live[li].active = false;
+                    continue;
+                }
+                let b = live[li].branch;
+                branches[b].tokens.push(top);
+                next.push((b, top));
+                let p_second = (logits[second as usize] - max).exp() / z;
+                if branches.len() < n_branches && p_second > p_split && d + 1 < depth {
+                    let nb = branches.len();
+                    let mut tokens = branches[b].tokens.clone();
+                    *tokens.last_mut().expect("just pushed") = second;
+                    branches.push(Branch { tokens });
+                    let _ = self.ctx.kv_cache_seq_cp(b as i32 + 1, nb as i32 + 1, None, None);
+                    live.push(Live { branch: nb, logits: -1, active: true });
+                    next.push((nb, second));
+                }
+            }
+            if next.is_empty() || d + 1 == depth {
+                break;
+            }
+            self.batch.clear();
+            for (i, &(b, t)) in next.iter().enumerate() {
+                if self.batch.add(LlamaToken(t), (base + d) as i32, &[b as i32 + 1], true).is_err() {
+                    break;
+                }
+                if let Some(l) = live.iter_mut().find(|l| l.branch == b) {
+                    l.logits = i as i32;
+                }
+            }
+            self.last_decoded += next.len();
+            if self.ctx.decode(&mut self.batch).is_err() {
+                break;
+            }
+        }
+        for b in 0..branches.len() {
+            let _ = self.ctx.kv_cache_seq_rm(b as i32 + 1, None, None);
+        }
+        self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
+        branches.retain(|b| !b.tokens.is_empty());
+        (!branches.is_empty()).then_some(branches)
+    }
+}
+
+/// The two largest logits' ids.
+fn top_two(logits: &[f32]) -> (i32, i32) {
+    let (mut a, mut b) = (0usize, usize::MAX);
+    for (i, &v) in logits.iter().enumerate().skip(1) {
+        if v > logits[a] {
+            b = a;
+            a = i;
+        } else if b == usize::MAX || v > logits[b] {
+            b = i;
+        }
+    }
+    if b == usize::MAX {
+        b = a;
+    }
+    (a as i32, b as i32)
 }
 
 impl Drafter for DraftModel<'_> {

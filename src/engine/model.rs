@@ -85,6 +85,9 @@ pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32) -> LlamaCont
         .with_n_seq_max(n_seq)
         .with_n_threads(opts.threads)
         .with_n_threads_batch(opts.threads)
+        // Tree drafts put branches in sequences 1..n that share the history
+        // in sequence 0: one unified cache, not one per sequence.
+        .with_kv_unified(true)
 }
 
 pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
