@@ -11,7 +11,7 @@ const joined = (events) => events.filter((e) => e.type === 'token').map((e) => e
 describe('events', () => {
   test('one event per step, in order; the promise resolves after the last (done) event', async () => {
     const order = []
-    const p = engine.complete({ prompt: chat('Name three colors.'), n_predict: 24, temperature: 0 }, (e) => order.push(e))
+    const p = engine.complete({ prompt: chat('Name three colors.'), n_predict: 24, temperature: 0, speculative: { mode: 'off' } }, (e) => order.push(e))
     const result = await p
     order.push('resolved')
     expect(order[order.length - 1]).toBe('resolved')
@@ -31,7 +31,7 @@ describe('events', () => {
   })
 
   test('the result carries the legacy final-response fields', async () => {
-    const { result } = await run(engine, { prompt: 'The capital of France is', n_predict: 8, temperature: 0 })
+    const { result } = await run(engine, { prompt: 'The capital of France is', n_predict: 8, temperature: 0, speculative: { mode: 'off' } })
     expect(result).toMatchObject({
       stop: true,
       model: 'SmolLM2-135M-Instruct.Q4_1.gguf',

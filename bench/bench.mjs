@@ -3,8 +3,20 @@
 //
 //   binding   greedy tokens/s of complete() vs the same loop in plain Rust
 //             with llama-cpp-2 (examples/plain_greedy.rs), same model/threads.
+//   draft     speculative decoding with a draft model (Q2_K) on free-form
+//             prompts, per target (Q4_1, F16): off, fixed draft lengths,
+//             adaptive, auto.
+//   ngram     prompt lookup on input-grounded prompts (and two free-form
+//             ones): ngram and auto against off, and the ceiling an oracle
+//             n-gram drafter would reach (examples/ngram_ceiling.rs).
+//
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram),
+// BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
+// medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
+// Every row is also written to bench-results/latest.json.
 import { execFileSync } from 'node:child_process'
-import { cpus } from 'node:os'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg } from 'node:os'
 import { join } from 'node:path'
 import { ensureReady } from '../scripts/ensure-ready.mjs'
 import { root } from '../scripts/native.mjs'
@@ -14,10 +26,13 @@ const { LlamaEngine } = await import('../index.mjs')
 
 const models = process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models')
 const TARGET = join(models, 'SmolLM2-135M-Instruct.Q4_1.gguf')
-const THREADS = Number(process.env.BENCH_THREADS || cpus().length)
+const TARGET_F16 = join(models, 'SmolLM2-135M-Instruct.F16.gguf')
+const DRAFT = join(models, 'SmolLM2-135M-Instruct.Q2_K.gguf')
+const THREADS = Number(process.env.BENCH_THREADS || 2)
 const N = Number(process.env.BENCH_TOKENS || 128)
-const REPEATS = Number(process.env.BENCH_REPEATS || 5)
-const sections = new Set((process.env.BENCH_SECTIONS || 'binding').split(','))
+const REPEATS = Number(process.env.BENCH_REPEATS || 3)
+const CONTEXT = 2048
+const sections = new Set((process.env.BENCH_SECTIONS || 'binding,draft,ngram').split(',').map((s) => s.trim()))
 
 const chat = (u) => `<|im_start|>user\n${u}<|im_end|>\n<|im_start|>assistant\n`
 const FREE_PROMPTS = [
@@ -36,7 +51,69 @@ function table(rows, cols) {
   for (const r of rows) console.log(line(r))
 }
 
-console.log(`machine: ${cpus().length} x ${cpus()[0].model}; threads ${THREADS}; ${N} tokens per run, median of ${REPEATS}`)
+const machine = { cpu: cpus()[0].model, cores: cpus().length, threads: THREADS }
+const load1 = () => loadavg()[0].toFixed(2)
+console.log(`machine: ${cpus().length} x ${cpus()[0].model}; threads ${THREADS}; ${N} tokens per run, median of ${REPEATS}; load average ${load1()}`)
+const results = { machine, tokens: N, repeats: REPEATS, date: new Date().toISOString() }
+const t0 = Date.now()
+const elapsed = (since) => `${((Date.now() - since) / 1000).toFixed(0)} s`
+
+// ---------------------------------------------------------------------------
+// Shared helpers for the speculative sections.
+
+/** One greedy request; returns what the tables need (and the token ids). */
+async function run(engine, prompt, speculative) {
+  const ids = []
+  const res = await engine.complete(
+    { prompt, n_predict: N, temperature: 0, ignore_eos: true, cache_prompt: false, speculative },
+    (ev) => {
+      if (ev.type === 'token') for (const t of ev.tokens) ids.push(t.id)
+    },
+  )
+  const sp = res.speculative
+  return {
+    tps: res.timings.predicted_per_second,
+    n: res.tokens_predicted,
+    drafted: sp.n_drafted,
+    accepted: sp.n_accepted,
+    passes: sp.target_passes,
+    drafters: sp.drafters,
+    content: res.content,
+    ids,
+  }
+}
+
+/** A fresh engine for one request: the dynamic n-gram cache learns across requests. */
+async function runFresh(load, prompt, speculative) {
+  const engine = await LlamaEngine.load(load)
+  try {
+    return await run(engine, prompt, speculative)
+  } finally {
+    await engine.dispose()
+  }
+}
+
+/** Medians (and sums for the acceptance rate) over the repeats of one mode. */
+function summarize(runs, off) {
+  const tps = median(runs.map((r) => r.tps))
+  const drafted = runs.reduce((s, r) => s + r.drafted, 0)
+  const accepted = runs.reduce((s, r) => s + r.accepted, 0)
+  return {
+    tps,
+    ratio: off ? tps / off.tps : 1,
+    acceptance: drafted > 0 ? accepted / drafted : null,
+    drafted_per_run: median(runs.map((r) => r.drafted)),
+    passes_per_token: median(runs.map((r) => r.passes / r.n)),
+    // Greedy speculative decoding must give plain greedy's text.
+    same_text: off ? runs.every((r) => r.content === off.content) : true,
+    runs: runs.map(({ ids, content, ...r }) => r),
+  }
+}
+
+const pct = (x) => (x == null ? '-' : `${fmt(x * 100, 0)} %`)
+const times = (x) => `${fmt(x, 2)}x`
+
+// ---------------------------------------------------------------------------
 
 if (sections.has('binding')) {
   console.log('\n## binding overhead: complete() vs plain llama-cpp-2 (greedy, Q4_1)')
@@ -59,5 +136,224 @@ if (sections.has('binding')) {
     rows.push({ prompt: `free-${i + 1}`, 'plain tok/s': fmt(p), 'complete() tok/s': fmt(a), 'binding cost': `${fmt((1 - a / p) * 100)} %` })
   }
   table(rows, ['prompt', 'plain tok/s', 'complete() tok/s', 'binding cost'])
+  results.binding = rows
   await engine.dispose()
 }
+
+// ---------------------------------------------------------------------------
+// draft: a draft model on free-form prompts.
+
+const DRAFT_PROMPTS = [
+  ['story', FREE_PROMPTS[0]],
+  ['explain', FREE_PROMPTS[1]],
+  ['list', FREE_PROMPTS[2]],
+  ['code', chat('Write a JavaScript function that checks whether a string is a palindrome, with a short explanation.')],
+  ['q&a', chat('What is the difference between a virus and a bacterium?')],
+]
+
+// fresh: the mode uses n-grams, so every request gets a new engine.
+const DRAFT_MODES = [
+  { name: 'off', spec: { mode: 'off' } },
+  { name: 'draft n4', spec: { mode: 'draft', adaptive: false, n_max: 4 } },
+  { name: 'draft n8', spec: { mode: 'draft', adaptive: false, n_max: 8 } },
+  { name: 'draft adaptive', spec: { mode: 'draft' } },
+  { name: 'auto', spec: { mode: 'auto' }, fresh: true },
+]
+
+const usesNgrams = (spec) => ['ngram', 'auto', 'ngram+draft'].includes(spec.mode)
+for (const m of DRAFT_MODES) if (usesNgrams(m.spec) !== !!m.fresh) throw new Error(`bench: mode ${m.name} must use a fresh engine`)
+
+if (sections.has('draft')) {
+  const since = Date.now()
+  console.log('\n## draft: speculative decoding with a draft model (Q2_K), free-form prompts, greedy')
+  const pairs = [
+    { name: 'Q4_1+Q2_K', load: { modelPath: TARGET, draftModelPath: DRAFT, contextSize: CONTEXT, threads: THREADS } },
+    { name: 'F16+Q2_K', load: { modelPath: TARGET_F16, draftModelPath: DRAFT, contextSize: CONTEXT, threads: THREADS } },
+  ]
+  for (const pair of pairs) pair.engine = await LlamaEngine.load(pair.load)
+  // runs[pair][prompt][mode] = [per repeat]
+  const runs = pairs.map(() => DRAFT_PROMPTS.map(() => DRAFT_MODES.map(() => [])))
+  for (let r = 0; r < REPEATS; r++) {
+    for (const [p, pair] of pairs.entries()) {
+      for (const [i, [, prompt]] of DRAFT_PROMPTS.entries()) {
+        // All modes of one prompt back to back, so drift hits them alike.
+        for (const [m, mode] of DRAFT_MODES.entries()) {
+          const res = mode.fresh ? await runFresh(pair.load, prompt, mode.spec) : await run(pair.engine, prompt, mode.spec)
+          runs[p][i][m].push(res)
+        }
+      }
+    }
+  }
+  const rows = []
+  const costs = {}
+  for (const [p, pair] of pairs.entries()) {
+    const st = pair.engine.status()
+    costs[pair.name] = { batchCostMs: st.batchCostMs, draftStepMs: st.draftStepMs }
+    await pair.engine.dispose()
+    for (const [i, [label]] of DRAFT_PROMPTS.entries()) {
+      const off = summarize(runs[p][i][0])
+      off.content = runs[p][i][0][0].content
+      for (const [m, mode] of DRAFT_MODES.entries()) {
+        const s = m === 0 ? off : summarize(runs[p][i][m], off)
+        rows.push({ pair: pair.name, prompt: label, mode: mode.name, ...s, content: undefined })
+      }
+    }
+  }
+  const view = rows.map((r) => ({
+    target: r.pair,
+    prompt: r.prompt,
+    mode: r.mode,
+    'tok/s': fmt(r.tps),
+    'vs off': times(r.ratio),
+    accept: pct(r.acceptance),
+    'drafted/run': fmt(r.drafted_per_run, 0),
+    'passes/tok': fmt(r.passes_per_token, 2),
+    'same text': r.same_text ? 'yes' : 'NO',
+  }))
+  table(view, ['target', 'prompt', 'mode', 'tok/s', 'vs off', 'accept', 'drafted/run', 'passes/tok', 'same text'])
+  // Medians over the prompts, per target and mode.
+  const overall = []
+  for (const pair of pairs) {
+    for (const mode of DRAFT_MODES) {
+      const sel = rows.filter((r) => r.pair === pair.name && r.mode === mode.name)
+      overall.push({ target: pair.name, mode: mode.name, 'median vs off': times(median(sel.map((r) => r.ratio))), 'median passes/tok': fmt(median(sel.map((r) => r.passes_per_token)), 2) })
+    }
+  }
+  console.log('')
+  table(overall, ['target', 'mode', 'median vs off', 'median passes/tok'])
+  console.log('tree drafts (n_parallel > 1): not implemented yet, so no column for them.')
+  console.log(`(draft section: ${elapsed(since)}; auto runs on a fresh engine per request)`)
+  results.draft = rows
+  results.draft_costs = costs
+}
+
+// ---------------------------------------------------------------------------
+// ngram: prompt lookup on prompts whose answer copies from the input.
+
+const PASSAGE = `The first lighthouses were not towers at all but fires lit on hilltops, tended by whoever lived closest to the shore. As trade grew, harbours began to pay for permanent lights, and by the eighteenth century stone towers stood on many dangerous headlands. Keeping a light was hard, lonely work. The keeper trimmed the wicks every few hours, polished the lenses, and wrote the weather into a logbook that inspectors read twice a year. In storms he might not sleep for two nights, because a light that went out could cost a ship and every life aboard. The invention of the Fresnel lens in 1822 changed the trade: a single lamp, focused through rings of glass prisms, could be seen more than twenty miles out to sea. Electric lamps and automatic timers later removed the need for a keeper, and by the end of the twentieth century almost every light in the world ran on its own.`
+
+const JS_FUNCTION = `function summarizeOrders(orders, taxRate) {
+  let subtotal = 0;
+  let itemCount = 0;
+  const byCategory = {};
+  for (const order of orders) {
+    if (order.cancelled) {
+      continue;
+    }
+    for (const item of order.items) {
+      const lineTotal = item.price * item.quantity;
+      subtotal += lineTotal;
+      itemCount += item.quantity;
+      if (!byCategory[item.category]) {
+        byCategory[item.category] = 0;
+      }
+      byCategory[item.category] += lineTotal;
+    }
+  }
+  const tax = subtotal * taxRate;
+  const total = subtotal + tax;
+  const average = itemCount > 0 ? subtotal / itemCount : 0;
+  return {
+    subtotal: Math.round(subtotal * 100) / 100,
+    tax: Math.round(tax * 100) / 100,
+    total: Math.round(total * 100) / 100,
+    itemCount,
+    average,
+    byCategory,
+  };
+}`
+
+const HARBOUR_TEXT = `The town of Kestrel Bay grew up around its fishing fleet. Every morning before dawn the boats left the inner basin, and by noon the first of them were back with their catch. The market opened at one o'clock sharp, and buyers came from as far as the capital. The harbour master, a retired captain named Elena Brandt, decided which boats could unload first and kept a ledger of every arrival. In winter the fleet shrank to a handful of boats, and the market opened only three days a week. Tourists arrived in summer, filling the cafes along the quay and photographing the nets drying in the sun.`
+
+const PROCEDURE = `To repot a houseplant, first water it a day before so the roots hold together. Choose a new pot that is only slightly larger than the old one and has a drainage hole. Put a layer of fresh potting mix in the bottom of the new pot. Turn the old pot on its side, support the base of the stems with one hand, and slide the plant out gently. Loosen the outer roots with your fingers and cut away any that are dark or mushy. Set the plant in the new pot so that the top of the root ball sits just below the rim. Fill the gaps around it with more mix and press it down lightly. Water the plant thoroughly and keep it out of direct sun for a week while it settles.`
+
+const NGRAM_PROMPTS = [
+  ['repeat', chat(`Repeat the following passage verbatim, word for word.\n\n${PASSAGE}`)],
+  ['code edit', chat(`Rename the variable \`subtotal\` to \`netAmount\` in this JavaScript function and return the whole function.\n\n\`\`\`js\n${JS_FUNCTION}\n\`\`\``)],
+  ['quote', chat(`${HARBOUR_TEXT}\n\nQuote the sentence of the text above that mentions the harbour master.`)],
+  ['bullets', chat(`Rewrite the following passage as a bulleted list, one step per bullet, keeping the original wording.\n\n${PROCEDURE}`)],
+  ['cite', chat(`Summarise the following passage in three sentences. After each sentence, cite the words of the passage it is based on in quotation marks.\n\n${PASSAGE}`)],
+  ['free story', FREE_PROMPTS[0]],
+  ['free explain', FREE_PROMPTS[1]],
+]
+
+const NGRAM_MODES = [
+  { name: 'ngram', spec: { mode: 'ngram' } },
+  { name: 'auto', spec: { mode: 'auto' } },
+]
+
+if (sections.has('ngram')) {
+  const since = Date.now()
+  console.log('\n## ngram: prompt lookup on input-grounded prompts (Q4_1 target + Q2_K draft, greedy)')
+  execFileSync('cargo', ['build', '--release', '--example', 'ngram_ceiling'], { cwd: root, stdio: 'ignore' })
+  const ceilingBin = join(root, 'target', 'release', 'examples', 'ngram_ceiling')
+  const load = { modelPath: TARGET, draftModelPath: DRAFT, contextSize: CONTEXT, threads: THREADS }
+  // `off` runs on one engine; its load-time batch costs price the ceiling.
+  const engine = await LlamaEngine.load(load)
+  const batchMs = engine.status().batchCostMs
+  if (!Array.isArray(batchMs)) throw new Error('bench: engine.status().batchCostMs is missing (an old native build?)')
+  // Prompt ids for the ceiling (SmolLM2 adds no BOS; special tokens parsed).
+  const promptIds = NGRAM_PROMPTS.map(([, prompt]) => engine.tokenize(prompt, { special: true }))
+  const offRuns = NGRAM_PROMPTS.map(() => [])
+  const modeRuns = NGRAM_PROMPTS.map(() => NGRAM_MODES.map(() => []))
+  for (let r = 0; r < REPEATS; r++) {
+    for (const [i, [, prompt]] of NGRAM_PROMPTS.entries()) {
+      // off, then each n-gram mode on a fresh engine, back to back.
+      offRuns[i].push(await run(engine, prompt, { mode: 'off' }))
+      for (const [m, mode] of NGRAM_MODES.entries()) modeRuns[i][m].push(await runFresh(load, prompt, mode.spec))
+    }
+  }
+  await engine.dispose()
+
+  const rows = []
+  for (const [i, [label]] of NGRAM_PROMPTS.entries()) {
+    const off = summarize(offRuns[i])
+    const first = offRuns[i][0]
+    off.content = first.content
+    const row = { prompt: label, prompt_tokens: promptIds[i].length, off, off_stable: offRuns[i].every((r) => r.ids.join() === first.ids.join()) }
+    for (const [m, mode] of NGRAM_MODES.entries()) row[mode.name] = summarize(modeRuns[i][m], off)
+    const input = JSON.stringify({ prompt: promptIds[i], output: first.ids, batch_ms: batchMs, n_max: 16 })
+    row.ceiling = JSON.parse(execFileSync(ceilingBin, [], { input }).toString())
+    // Target passes per output token as the engine counts them (the prompt
+    // pass, which yields the first token, is not one).
+    row.ceiling.passes_per_token = row.ceiling.steps / first.ids.length
+    rows.push(row)
+  }
+
+  const view = rows.map((r) => ({
+    prompt: r.prompt,
+    'off t/s': fmt(r.off.tps),
+    'ngram t/s': fmt(r.ngram.tps),
+    'ngram x': times(r.ngram.ratio),
+    'ngram acc': pct(r.ngram.acceptance),
+    'ngram p/t': fmt(r.ngram.passes_per_token, 2),
+    'auto t/s': fmt(r.auto.tps),
+    'auto x': times(r.auto.ratio),
+    'auto acc': pct(r.auto.acceptance),
+    'auto p/t': fmt(r.auto.passes_per_token, 2),
+    ceiling: times(r.ceiling.ceiling),
+    'oracle p/t': fmt(r.ceiling.passes_per_token, 2),
+    'ngram/ceiling': pct(r.ngram.ratio / r.ceiling.ceiling),
+    'same text': r.ngram.same_text && r.auto.same_text ? 'yes' : 'NO',
+  }))
+  table(view, Object.keys(view[0]))
+  console.log('x = tokens/s vs off; acc = accepted/drafted; p/t = target passes per output token (the prompt pass not counted);')
+  console.log('ceiling = speed-up of an oracle lookup drafter (n_max 16) that drafts only what the target accepts, when that pays;')
+  console.log('ngram/ceiling = (ngram x) / ceiling; same text = ngram and auto gave exactly the greedy text of off')
+  const t = (n) => (batchMs[n] == null ? '-' : fmt(batchMs[n], 1))
+  console.log(`batch costs at load (ms), which price the ceiling: t1 ${t(1)}, t2 ${t(2)}, t4 ${t(4)}, t8 ${t(8)}, t16 ${t(16)}`)
+  const measured = [1, 2, 4, 8, 16].map((n) => batchMs[n]).filter((v) => v != null)
+  if (measured.some((v, k) => k > 0 && v < measured[k - 1]) || !(batchMs[2] < 2 * batchMs[1])) {
+    console.log('warning: these batch costs are not increasing and sub-linear as they should be (a busy machine?): the ceiling is unreliable')
+  }
+  if (rows.some((r) => !r.off_stable)) console.log('note: the off output differed between repeats for some prompt; the ceiling uses the first')
+  console.log('tree drafts (n_parallel > 1): not implemented yet, so no column for them.')
+  console.log(`(ngram section: ${elapsed(since)}; ngram and auto run on a fresh engine per request)`)
+  results.ngram = rows.map((r) => ({ ...r, off: { ...r.off, content: undefined } }))
+  results.ngram_batch_ms = batchMs
+}
+
+mkdirSync(join(root, 'bench-results'), { recursive: true })
+const outFile = join(root, 'bench-results', 'latest.json')
+writeFileSync(outFile, JSON.stringify(results, null, 2) + '\n')
+console.log(`\nwrote ${outFile} (total ${elapsed(t0)}; load average now ${load1()})`)
