@@ -2,7 +2,7 @@
 // it where binding.js looks for it. Shared by `npm install` and the test and
 // demo entry points, so a fresh clone needs no other step.
 import { execFileSync, spawnSync } from 'node:child_process'
-import { copyFileSync, existsSync, readdirSync } from 'node:fs'
+import { copyFileSync, existsSync, readdirSync, renameSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -87,5 +87,9 @@ export function buildAddon({ features = [] } = {}) {
   console.log(`llama-engine: building the native addon (cargo ${args.join(' ')}); llama.cpp takes a few minutes the first time`)
   execFileSync('cargo', args, { cwd: root, stdio: 'inherit' })
   const lib = { linux: 'libllama_engine.so', darwin: 'libllama_engine.dylib', win32: 'llama_engine.dll' }[process.platform]
-  copyFileSync(join(root, 'target', 'release', lib), addonFile)
+  // Copy then rename: a new inode, so a process that has the old addon
+  // loaded keeps its mapping instead of crashing on a rewritten file.
+  const tmp = `${addonFile}.${process.pid}.tmp`
+  copyFileSync(join(root, 'target', 'release', lib), tmp)
+  renameSync(tmp, addonFile)
 }

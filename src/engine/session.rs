@@ -226,6 +226,14 @@ impl<'m> Session<'m> {
         Ok(ms)
     }
 
+    /// Folds the draft model's last drafting time into its per-step cost.
+    fn note_draft_cost(&mut self) {
+        if let Some(d) = self.draft.as_ref().filter(|d| d.last_decoded > 0) {
+            let per = d.last_ms / d.last_decoded as f64;
+            self.draft_step_ms = Some(self.draft_step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
+        }
+    }
+
     /// Removes cached positions from `len` on (rejected drafts).
     fn truncate_cache(&mut self, len: usize) -> Result<()> {
         if len < self.cached.len() {
@@ -523,12 +531,7 @@ impl<'m> Session<'m> {
                             // Tree: the whole step (verify, correction, bonus) is done here.
                             let branches = self.draft.as_mut().and_then(|d| d.draft_tree(&history, k, spec.n_parallel, spec.p_split));
                             draft_ms += ms(t);
-                            if let Some(d) = self.draft.as_ref() {
-                                if d.last_decoded > 0 {
-                                    let per = d.last_ms / d.last_decoded as f64;
-                                    self.draft_step_ms = Some(self.draft_step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
-                                }
-                            }
+                            self.note_draft_cost();
                             if let Some(branches) = branches.filter(|b| b.iter().map(|b| b.tokens.len()).max().unwrap_or(0) >= spec.n_min.max(1)) {
                                 tree = Some((si, branches));
                                 break;
@@ -541,11 +544,8 @@ impl<'m> Session<'m> {
                         };
                         let spent = ms(t);
                         draft_ms += spent;
-                        if let (DrafterKind::Model, Some(d)) = (slot.kind, self.draft.as_ref()) {
-                            if d.last_decoded > 0 {
-                                let per = d.last_ms / d.last_decoded as f64;
-                                self.draft_step_ms = Some(self.draft_step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
-                            }
+                        if slot.kind == DrafterKind::Model {
+                            self.note_draft_cost();
                         }
                         if let Some(mut d) = proposed {
                             d.truncate(k);
