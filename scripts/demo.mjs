@@ -1,46 +1,38 @@
-// `npm run demo`: stream a completion from the default fixture model, with
-// the Q2_K draft model attached, fetching and building whatever is missing.
+// `npm run demo`: fetches and builds whatever is missing, then runs the CLI
+// (bin/llama-engine.mjs) on the fixture models — the Q4_1 target with the Q2_K
+// draft attached, speculative mode auto, greedy — on a prompt where
+// speculation shows: repeating a given passage, which n-gram drafting
+// (prompt lookup) predicts almost token for token. On a terminal the tokens
+// are coloured by where they came from, and the summary on stderr shows the
+// acceptance rate and target passes per token.
+//
+// Extra arguments go to the CLI and win over these defaults:
+//   npm run demo -- --spec off            (compare: one target pass per token)
+//   npm run demo -- --prompt "Write a haiku about autumn."
 import { join } from 'node:path'
 import { ensureReady } from './ensure-ready.mjs'
 import { root } from './native.mjs'
 
 ensureReady()
-const { LlamaEngine } = await import('../index.mjs')
+const { main } = await import('../bin/llama-engine.mjs')
 
 const models = process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models')
-const prompt =
-  process.argv.slice(2).join(' ') ||
-  '<|im_start|>user\nList the planets of the solar system in order, one per line.<|im_end|>\n<|im_start|>assistant\n'
+const passage =
+  'The lighthouse stood at the edge of the cliff for more than a hundred years. ' +
+  'Every night its keeper climbed the narrow stairs, trimmed the wick and polished the great glass lens until it shone. ' +
+  'Ships far out at sea watched for its steady beam, and sailors said that as long as the light turned, ' +
+  'no storm could keep them from home. When the keeper grew old, his daughter took the lamp, ' +
+  'and the light has never once gone dark.'
 
-let lastShown = -1
-const engine = await LlamaEngine.load({
-  modelPath: join(models, 'SmolLM2-135M-Instruct.Q4_1.gguf'),
-  draftModelPath: join(models, 'SmolLM2-135M-Instruct.Q2_K.gguf'),
-  contextSize: 2048,
-  onProgress: (f) => {
-    const pct = Math.round(f * 100)
-    if (pct % 25 === 0 && pct !== lastShown) {
-      lastShown = pct
-      process.stderr.write(`loading ${pct}%\n`)
-    }
-  },
-})
+const defaults = [
+  '--model', join(models, 'SmolLM2-135M-Instruct.Q4_1.gguf'),
+  '--draft', join(models, 'SmolLM2-135M-Instruct.Q2_K.gguf'),
+  '--ctx-size', '2048',
+  '--spec', 'auto',
+  '--chat',
+  '--temperature', '0',
+  '--n_predict', '200',
+  '--prompt', `Repeat the following passage exactly:\n\n${passage}`,
+]
 
-const ac = new AbortController()
-process.once('SIGINT', () => ac.abort())
-const result = await engine.complete(
-  { prompt, n_predict: 200, temperature: 0, speculative: { mode: 'auto' } },
-  (event) => {
-    if (event.type === 'token') process.stdout.write(event.content)
-  },
-  ac.signal,
-)
-const t = result.timings
-const s = result.speculative
-process.stdout.write('\n')
-console.error(
-  `\n${result.tokens_predicted} tokens, ${t.predicted_per_second.toFixed(1)} tok/s` +
-    ` | speculative ${s.mode}: ${s.n_accepted}/${s.n_drafted} drafts accepted, ${s.target_passes} target passes` +
-    (result.stopped_abort ? ' | aborted' : ''),
-)
-await engine.dispose()
+process.exitCode = await main([...defaults, ...process.argv.slice(2)])

@@ -1,0 +1,383 @@
+#!/usr/bin/env node
+// llama-engine command line: streams one completion to stdout.
+//
+//   llama-engine --prompt "The capital of France is" --n_predict 16 --temperature 0
+//   echo "Summarise: ..." | llama-engine --chat --draft models/SmolLM2-135M-Instruct.Q2_K.gguf
+//
+// Sampling flags carry the request field names (--top_k, --n_predict, ...);
+// speculative flags map to request.speculative. See --help.
+//
+// Exit codes: 0 done, 1 engine error (printed as "error CODE: message"),
+// 2 bad command line, 130 interrupted by Ctrl-C (143 for SIGTERM).
+// Importable: `main(argv)` runs the CLI and resolves with the exit code
+// (scripts/demo.mjs uses it).
+import { realpathSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { parseArgs } from 'node:util'
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..')
+const DEFAULT_MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+const MODES = ['off', 'auto', 'draft', 'ngram', 'ngram+draft']
+
+// Request fields settable from the command line, with how to parse them.
+const SAMPLING = {
+  n_predict: 'int',
+  temperature: 'num',
+  top_k: 'int',
+  top_p: 'num',
+  min_p: 'num',
+  typical_p: 'num',
+  repeat_last_n: 'int',
+  repeat_penalty: 'num',
+  presence_penalty: 'num',
+  frequency_penalty: 'num',
+  mirostat: 'int',
+  mirostat_tau: 'num',
+  mirostat_eta: 'num',
+  seed: 'int',
+  n_keep: 'int',
+  n_probs: 'int',
+}
+const SPECULATIVE = {
+  'n-max': ['n_max', 'int'],
+  'n-parallel': ['n_parallel', 'int'],
+  'p-split': ['p_split', 'num'],
+  'p-min': ['p_min', 'num'],
+}
+
+const OPTIONS = {
+  model: { type: 'string', short: 'm' },
+  draft: { type: 'string' },
+  spec: { type: 'string' },
+  adaptive: { type: 'string' },
+  ...Object.fromEntries(Object.keys(SPECULATIVE).map((k) => [k, { type: 'string' }])),
+  ...Object.fromEntries(Object.keys(SAMPLING).map((k) => [k, { type: 'string' }])),
+  stop: { type: 'string', multiple: true },
+  ignore_eos: { type: 'boolean' },
+  grammar: { type: 'string' },
+  json_schema: { type: 'string' },
+  'ctx-size': { type: 'string', short: 'c' },
+  threads: { type: 'string', short: 't' },
+  chat: { type: 'boolean' },
+  prompt: { type: 'string', short: 'p' },
+  json: { type: 'boolean' },
+  'no-color': { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+}
+OPTIONS.n_predict.short = 'n'
+
+export const USAGE = `Usage: llama-engine [options] [--prompt TEXT]   (the prompt is read from stdin without --prompt)
+
+Models:
+  -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
+                            or $LLAMA_ENGINE_MODELS_DIR/${DEFAULT_MODEL})
+      --draft PATH          draft model for speculative decoding (same vocabulary)
+  -c, --ctx-size N          context size (default 4096, capped at the model's)
+  -t, --threads N           threads (default: available parallelism)
+
+Prompt and output:
+  -p, --prompt TEXT         the prompt
+      --chat                wrap the prompt in the ChatML template (user turn, then assistant)
+      --json                print every event as one JSON line on stdout (the last is "done")
+      --no-color            do not colour tokens by source (also: NO_COLOR=1)
+  -h, --help                this help
+
+Speculative decoding (request.speculative):
+      --spec MODE           off | auto | draft | ngram | ngram+draft (default auto)
+      --n-max N             most tokens drafted per step (0..64)
+      --adaptive true|false choose draft lengths from measured costs
+      --n-parallel N        draft tree branches (1..8)
+      --p-split X           branch split probability
+      --p-min X             draft model confidence cut-off
+
+Sampling (request fields of the same name):
+  -n, --n_predict N   --temperature X   --top_k N   --top_p X   --min_p X   --typical_p X
+      --repeat_last_n N   --repeat_penalty X   --presence_penalty X   --frequency_penalty X
+      --mirostat 0|1|2   --mirostat_tau X   --mirostat_eta X   --seed N   --n_keep N
+      --stop STR (repeatable)   --ignore_eos   --n_probs N   --grammar GBNF   --json_schema JSON
+
+On a terminal, tokens accepted from the draft model are cyan and tokens from
+n-gram drafts yellow; the target model's own tokens are plain. Ctrl-C stops
+the generation and prints the summary (exit code 130).
+`
+
+export class UsageError extends Error {}
+
+function number(flag, text, kind) {
+  const value = typeof text === 'string' && text.trim() !== '' ? Number(text) : NaN
+  if (!Number.isFinite(value)) throw new UsageError(`--${flag}: expected a number, got ${JSON.stringify(text)}`)
+  if (kind === 'int' && !Number.isInteger(value)) throw new UsageError(`--${flag}: expected an integer, got ${JSON.stringify(text)}`)
+  return value
+}
+
+// parseArgs in strict mode reads "--seed -1" as a missing value followed by
+// an unknown option "-1"; join such negative numbers onto their flag.
+function joinNegativeNumbers(argv) {
+  const out = []
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]
+    const name = arg.startsWith('--') ? arg.slice(2) : null
+    const next = argv[i + 1]
+    if (name && OPTIONS[name]?.type === 'string' && typeof next === 'string' && /^-(\d|\.\d)/.test(next)) {
+      out.push(`${arg}=${next}`)
+      i++
+    } else {
+      out.push(arg)
+    }
+  }
+  return out
+}
+
+/** Parses the command line into { help, json, color, chat, prompt, load, request }. Throws UsageError. */
+export function parseCli(argv, env = process.env) {
+  let parsed
+  try {
+    parsed = parseArgs({ args: joinNegativeNumbers(argv), options: OPTIONS, strict: true, allowPositionals: true })
+  } catch (e) {
+    // Node's own wording for an unknown flag goes on about positionals; keep its first sentence.
+    const unknown = /^Unknown option '([^']*)'/.exec(e.message)
+    throw new UsageError(unknown ? `unknown option ${unknown[1]}` : e.message)
+  }
+  const { values: v, positionals } = parsed
+  if (positionals.length > 0) {
+    throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])} (pass the prompt with --prompt TEXT or on stdin)`)
+  }
+
+  const request = {}
+  for (const [field, kind] of Object.entries(SAMPLING)) {
+    if (v[field] !== undefined) request[field] = number(field, v[field], kind)
+  }
+  if (v.stop) request.stop = v.stop
+  if (v.ignore_eos) request.ignore_eos = true
+  if (v.grammar !== undefined) request.grammar = v.grammar
+  if (v.json_schema !== undefined) {
+    try {
+      request.json_schema = JSON.parse(v.json_schema)
+    } catch (e) {
+      throw new UsageError(`--json_schema: not valid JSON (${e.message})`)
+    }
+  }
+
+  const speculative = {}
+  if (v.spec !== undefined) {
+    if (!MODES.includes(v.spec)) throw new UsageError(`--spec: expected one of ${MODES.join(', ')}, got ${JSON.stringify(v.spec)}`)
+    speculative.mode = v.spec
+  }
+  if (v.adaptive !== undefined) {
+    if (v.adaptive !== 'true' && v.adaptive !== 'false') throw new UsageError(`--adaptive: expected true or false, got ${JSON.stringify(v.adaptive)}`)
+    speculative.adaptive = v.adaptive === 'true'
+  }
+  for (const [flag, [field, kind]] of Object.entries(SPECULATIVE)) {
+    if (v[flag] !== undefined) speculative[field] = number(flag, v[flag], kind)
+  }
+  if (Object.keys(speculative).length > 0) request.speculative = speculative
+
+  const modelsDir = env.LLAMA_ENGINE_MODELS_DIR || join(ROOT, 'models')
+  const load = { modelPath: v.model !== undefined ? resolve(v.model) : join(modelsDir, DEFAULT_MODEL) }
+  if (v.draft !== undefined) load.draftModelPath = resolve(v.draft)
+  if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
+  if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
+
+  return {
+    help: Boolean(v.help),
+    json: Boolean(v.json),
+    noColor: Boolean(v['no-color']) || Boolean(env.NO_COLOR),
+    chat: Boolean(v.chat),
+    prompt: v.prompt,
+    load,
+    request,
+  }
+}
+
+export function chatml(user) {
+  return `<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`
+}
+
+const RESET = '\x1b[0m'
+const COLORS = { draft: '\x1b[36m', ngram: '\x1b[33m' } // cyan, yellow; target tokens plain
+const paint = (on, source, text) => (on && COLORS[source] ? COLORS[source] + text + RESET : text)
+
+const fixed = (x, digits = 1) => (Number.isFinite(x) ? x.toFixed(digits) : 'n/a')
+const percent = (num, den) => (den > 0 ? `${((100 * num) / den).toFixed(1)}%` : 'n/a')
+
+function stopReason(r, signal) {
+  if (r.stopped_abort) return signal === 'SIGINT' ? 'aborted (Ctrl-C)' : signal ? `aborted (${signal})` : 'aborted'
+  if (r.stopped_word) return `stop string ${JSON.stringify(r.stopping_word)}`
+  if (r.stopped_eos) return 'end of generation (EOS)'
+  if (r.stopped_limit) return `n_predict limit (${r.tokens_predicted} tokens)`
+  return 'context full'
+}
+
+/** The closing summary (stderr). */
+export function summary(r, { signal = null, color = false } = {}) {
+  const t = r.timings || {}
+  const s = r.speculative || {}
+  const n = r.tokens_predicted
+  const lines = [
+    `${n} tokens in ${fixed((t.predicted_ms || 0) / 1000, 2)} s, ${fixed(n > 0 ? t.predicted_per_second : NaN)} tokens/s` +
+      ` (prompt: ${t.prompt_n ?? 0} tokens at ${fixed(t.prompt_n > 0 ? t.prompt_per_second : NaN)} tokens/s, ${r.tokens_cached} cached${r.truncated ? ', truncated' : ''})`,
+    `speculative ${s.mode}: ${s.n_accepted ?? 0}/${s.n_drafted ?? 0} drafted tokens accepted (acceptance ${percent(s.n_accepted, s.n_drafted)}),` +
+      ` ${s.target_passes ?? 0} target passes = ${n > 0 ? fixed(s.target_passes / n, 2) : 'n/a'} per token`,
+  ]
+  for (const [name, d] of Object.entries(s.drafters || {})) {
+    lines.push(`  ${paint(color, name, name)}: drafted ${d.n_drafted}, accepted ${d.n_accepted} (${percent(d.n_accepted, d.n_drafted)})`)
+  }
+  lines.push(`stopped: ${stopReason(r, signal)}`)
+  return lines.join('\n') + '\n'
+}
+
+async function readStdin() {
+  const chunks = []
+  for await (const chunk of process.stdin) chunks.push(chunk)
+  return Buffer.concat(chunks).toString('utf8')
+}
+
+function progressBar(stream) {
+  if (!stream.isTTY) return { update: undefined, clear() {} }
+  let last = -1
+  return {
+    update(fraction) {
+      const pct = Math.max(0, Math.min(100, Math.floor(fraction * 100)))
+      if (pct === last) return
+      last = pct
+      const width = 30
+      const filled = Math.round((pct / 100) * width)
+      stream.write(`\rloading [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${String(pct).padStart(3)}%`)
+    },
+    clear() {
+      if (last >= 0) stream.write('\r\x1b[K')
+    },
+  }
+}
+
+const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 }
+
+/** Runs the CLI; resolves with the exit code. */
+export async function main(argv = process.argv.slice(2)) {
+  const { stdout, stderr } = process
+  let cli
+  try {
+    cli = parseCli(argv)
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e
+    stderr.write(`llama-engine: ${e.message}\n\n${USAGE}`)
+    return 2
+  }
+  if (cli.help) {
+    stdout.write(USAGE)
+    return 0
+  }
+  if (cli.prompt === undefined && process.stdin.isTTY) {
+    stderr.write(`llama-engine: no prompt: pass --prompt TEXT or pipe it on stdin\n\n${USAGE}`)
+    return 2
+  }
+
+  // First Ctrl-C: abort the generation (the completion resolves with
+  // stopped_abort, and the summary still prints). A second one: leave now.
+  const ac = new AbortController()
+  let signal = null
+  let phase = 'start'
+  const onSignal = (name) => {
+    if (signal !== null || phase === 'start') process.exit(SIGNAL_EXIT[name])
+    signal = name
+    ac.abort()
+  }
+  const onSigint = () => onSignal('SIGINT')
+  const onSigterm = () => onSignal('SIGTERM')
+  process.on('SIGINT', onSigint)
+  process.on('SIGTERM', onSigterm)
+
+  // A closed stdout (EPIPE: piped into `head`, say) ends the generation quietly.
+  let stdoutClosed = false
+  const onStdoutError = () => {
+    stdoutClosed = true
+    ac.abort()
+  }
+  stdout.on('error', onStdoutError)
+  const write = (text) => {
+    if (!stdoutClosed && text) stdout.write(text)
+  }
+
+  let engine = null
+  try {
+    let prompt = cli.prompt ?? (await readStdin())
+    if (cli.chat) prompt = chatml(prompt)
+    phase = 'load'
+
+    let LlamaEngine
+    try {
+      ;({ LlamaEngine } = await import('../index.mjs'))
+    } catch (e) {
+      stderr.write(`error INTERNAL: cannot load the native addon (${e.message})\n`)
+      return 1
+    }
+
+    const bar = progressBar(stderr)
+    try {
+      engine = await LlamaEngine.load({ ...cli.load, onProgress: bar.update })
+    } catch (e) {
+      bar.clear()
+      stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+      return 1
+    }
+    bar.clear()
+    if (signal) {
+      stderr.write(`stopped: aborted while loading\n`)
+      return SIGNAL_EXIT[signal]
+    }
+
+    phase = 'generate'
+    const color = !cli.json && !cli.noColor && Boolean(stdout.isTTY)
+    const onEvent = (event) => {
+      if (cli.json) return write(JSON.stringify(event) + '\n')
+      if (event.type !== 'token') return
+      // Colour per token only when the pieces are exactly the printable text;
+      // otherwise (held-back stop-string prefix, split UTF-8) print content as is.
+      if (color && event.tokens.map((t) => t.piece).join('') === event.content) {
+        write(event.tokens.map((t) => paint(true, t.source, t.piece)).join(''))
+      } else {
+        write(event.content)
+      }
+    }
+    let result
+    try {
+      result = await engine.complete({ ...cli.request, prompt }, onEvent, ac.signal)
+    } catch (e) {
+      stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+      return 1
+    }
+    // Keep the terminal prompt off the last line; piped output stays exactly the content.
+    if (!cli.json && stdout.isTTY && result.content && !result.content.endsWith('\n')) write('\n')
+    // A blank line first, so the summary stands apart when stderr and stdout share a terminal or pipe.
+    stderr.write((cli.json ? '' : '\n') + summary(result, { signal: signal ?? (stdoutClosed ? 'stdout closed' : null), color: color && Boolean(stderr.isTTY) }))
+    return signal ? SIGNAL_EXIT[signal] : 0
+  } finally {
+    if (engine) await engine.dispose().catch(() => {})
+    process.off('SIGINT', onSigint)
+    process.off('SIGTERM', onSigterm)
+    stdout.off('error', onStdoutError)
+  }
+}
+
+function isMain() {
+  if (!process.argv[1]) return false
+  try {
+    return import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href
+  } catch {
+    return false
+  }
+}
+
+if (isMain()) {
+  main().then(
+    (code) => {
+      // Let stdout drain and exit naturally: an idle, disposed engine keeps nothing alive.
+      process.exitCode = code
+    },
+    (e) => {
+      process.stderr.write(`error INTERNAL: ${e && e.stack ? e.stack : e}\n`)
+      process.exitCode = 1
+    },
+  )
+}
