@@ -11,7 +11,7 @@
 /// Decay of the running estimates: about the last 30 observations matter.
 const DECAY: f64 = 0.97;
 const PROBE_MIN: usize = 4;
-const PROBE_MAX: usize = 64;
+const PROBE_MAX: usize = 128;
 
 /// The target's cost to decode a batch of n tokens, n = 1..=max.
 #[derive(Debug, Clone)]
@@ -89,6 +89,13 @@ pub struct DraftController {
     /// Steps since the last draft, and how many to wait before probing.
     idle: usize,
     probe_every: usize,
+    /// Measured wall time per produced token of plain steps and of this
+    /// drafter's steps (drafting + verification): the ground truth that
+    /// overrules the cost model when it is wrong (e.g. two models evicting
+    /// each other from the CPU caches costs more than either alone).
+    plain_ms_per_token: Option<f64>,
+    drafted_ms_per_token: Option<f64>,
+    drafted_steps: usize,
 }
 
 impl DraftController {
@@ -104,6 +111,32 @@ impl DraftController {
             accepted: vec![2.0 * prior; n_max],
             idle: 0,
             probe_every: PROBE_MIN,
+            plain_ms_per_token: None,
+            drafted_ms_per_token: None,
+            drafted_steps: 0,
+        }
+    }
+
+    /// A step finished: `tokens` produced in `ms`, with or without a draft
+    /// from this drafter.
+    pub fn observe_step(&mut self, drafted: bool, tokens: usize, ms: f64) {
+        if tokens == 0 || !ms.is_finite() || ms <= 0.0 {
+            return;
+        }
+        let per = ms / tokens as f64;
+        let slot = if drafted { &mut self.drafted_ms_per_token } else { &mut self.plain_ms_per_token };
+        *slot = Some(slot.map_or(per, |o| o * 0.85 + per * 0.15));
+        if drafted {
+            self.drafted_steps += 1;
+        }
+    }
+
+    /// True when measured drafting steps are not faster per token than
+    /// plain ones.
+    fn measured_loss(&self) -> bool {
+        match (self.plain_ms_per_token, self.drafted_ms_per_token) {
+            (Some(plain), Some(drafted)) => self.drafted_steps >= 3 && drafted >= plain * 0.97,
+            _ => false,
         }
     }
 
@@ -201,7 +234,7 @@ impl DraftController {
             return 0;
         }
         let (k, _) = self.plan(costs, None);
-        let k = k.min(available);
+        let k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
         if k > 0 || !self.adaptive {
             self.idle = 0;
             return k;
@@ -300,6 +333,30 @@ mod tests {
             f16.observe(n, ms);
         }
         assert!(c.ceiling(&f16, None) > 1.0);
+    }
+
+    #[test]
+    fn measured_losses_overrule_the_cost_model() {
+        // The model says drafting pays (cheap drafter, always accepted)…
+        let mut c = DraftController::new(8, true, 0.9);
+        c.observe_draft_cost(1, 0.5);
+        for _ in 0..30 {
+            c.observe_acceptance(8, 8);
+        }
+        let costs = cpu_costs();
+        assert!(c.next_length(&costs, 8) > 0);
+        // …but the steps that drafted were measured slower per token.
+        for _ in 0..5 {
+            c.observe_step(false, 1, 8.0);
+            c.observe_step(true, 4, 40.0);
+        }
+        let drafted = (0..40).filter(|_| c.next_length(&costs, 8) > 0).count();
+        assert!(drafted <= 5, "only probes remain, drafted {drafted} times");
+        // Once drafting steps measure faster, it drafts again.
+        for _ in 0..20 {
+            c.observe_step(true, 8, 30.0);
+        }
+        assert!(c.next_length(&costs, 8) > 0);
     }
 
     #[test]

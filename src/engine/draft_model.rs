@@ -36,6 +36,9 @@ pub struct DraftModel<'m> {
     pub last_ms: f64,
     /// Tokens decoded by the last `draft` call (catch-up plus drafted).
     pub last_decoded: usize,
+    /// Tokens the last `draft` call proposed: its time (catch-up included)
+    /// is what a proposed token really costs.
+    pub last_proposed: usize,
 }
 
 impl<'m> DraftModel<'m> {
@@ -50,6 +53,7 @@ impl<'m> DraftModel<'m> {
             rng: Rng::new(0),
             last_ms: 0.0,
             last_decoded: 0,
+            last_proposed: 0,
         }
     }
 
@@ -139,6 +143,7 @@ impl DraftModel<'_> {
     pub fn draft_tree(&mut self, history: &[i32], depth: usize, n_branches: usize, p_split: f32) -> Option<Vec<Branch>> {
         let start = Instant::now();
         self.last_decoded = 0;
+        self.last_proposed = 0;
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         if depth == 0 || history.is_empty() || !self.sync(&history) {
             self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
@@ -205,6 +210,7 @@ impl DraftModel<'_> {
         }
         self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
         branches.retain(|b| !b.tokens.is_empty());
+        self.last_proposed = branches.iter().map(|b| b.tokens.len()).sum();
         (!branches.is_empty()).then_some(branches)
     }
 }
@@ -236,6 +242,7 @@ impl Drafter for DraftModel<'_> {
     fn draft(&mut self, history: &[i32], n_max: usize) -> Option<Draft> {
         let start = Instant::now();
         self.last_decoded = 0;
+        self.last_proposed = 0;
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         let mut draft = Draft { tokens: Vec::new(), dists: Vec::new(), source: TokenSource::Draft };
         if n_max == 0 || history.is_empty() || !self.sync(&history) {
@@ -271,6 +278,7 @@ impl Drafter for DraftModel<'_> {
             }
         }
         self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
+        self.last_proposed = draft.len();
         (!draft.is_empty()).then_some(draft)
     }
 

@@ -229,7 +229,8 @@ impl<'m> Session<'m> {
     /// Folds the draft model's last drafting time into its per-step cost.
     fn note_draft_cost(&mut self) {
         if let Some(d) = self.draft.as_ref().filter(|d| d.last_decoded > 0) {
-            let per = d.last_ms / d.last_decoded as f64;
+            // Catch-up decoding is part of what a proposed token costs.
+            let per = d.last_ms / d.last_proposed.max(1) as f64;
             self.draft_step_ms = Some(self.draft_step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
         }
     }
@@ -498,6 +499,8 @@ impl<'m> Session<'m> {
             if budget(n_gen) == 0 {
                 break Stop::Limit;
             }
+            let t_step = Instant::now();
+            let mut step_slot: Option<usize> = None;
             if let Some(p) = pending {
                 // Room for this step: the pending token plus the drafts.
                 if self.cached.len() + 1 >= n_ctx {
@@ -556,6 +559,7 @@ impl<'m> Session<'m> {
                         }
                     }
                 }
+                step_slot = draft.as_ref().map(|(si, _)| *si).or(tree.as_ref().map(|(si, _)| *si));
                 if let Some((si, branches)) = tree.take() {
                     let (n_nodes, n_ok) = self.tree_step(p, &branches, &mut sampler, want_dist, &mut step_tokens, budget(n_gen), req.ignore_eos)?;
                     passes += 1;
@@ -629,6 +633,17 @@ impl<'m> Session<'m> {
                 let (token, dist) = sampler.sample(&self.ctx, logits_idx, want_dist);
                 sampler.accept(token);
                 step_tokens.push((token, TokenSource::Target, dist));
+            }
+            if pending.is_some() && !step_tokens.is_empty() {
+                // Wall time per token, drafting included, is what decides.
+                let spent = ms(t_step);
+                for (si, slot) in slots.iter_mut().enumerate() {
+                    match step_slot {
+                        Some(s) if s == si => slot.ctl.observe_step(true, step_tokens.len(), spent),
+                        None => slot.ctl.observe_step(false, step_tokens.len(), spent),
+                        _ => {}
+                    }
+                }
             }
             // Emit this step's tokens, stopping at the first end condition.
             let mut out = Vec::with_capacity(step_tokens.len());
