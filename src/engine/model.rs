@@ -88,6 +88,13 @@ pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32) -> LlamaCont
         // Tree drafts put branches in sequences 1..n that share the history
         // in sequence 0: one unified cache, not one per sequence.
         .with_kv_unified(true)
+        // Greedy speculation must reproduce plain decoding bit for bit, so a
+        // position's logits may not depend on how many tokens share its batch.
+        // ggml's CPU flash attention is not batch-size invariant: one query row
+        // over >= 512 cells takes a split-KV path whose partial sums are
+        // reduced per thread, 2..Q rows one pass, >= Q rows a tiled GEMM. The
+        // plain path (KQ mul_mat, soft_max, KQV mul_mat) is row-wise.
+        .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED)
 }
 
 pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
