@@ -17,6 +17,12 @@ use crate::core::request::{CompletionRequest, SamplingParams};
 use crate::core::rng::Rng;
 use crate::core::verify::Dist;
 
+/// What `sample` returns when the chain leaves no candidate (a grammar that is
+/// complete while the end of generation is banned by `ignore_eos`, or that
+/// cannot continue): the request ends there, as at an end-of-generation token.
+/// Never decoded, accepted or detokenized.
+pub const DEAD_END: LlamaToken = LlamaToken(-1);
+
 pub struct TokenSampler {
     /// History-dependent transforms (logit bias, penalties). `None` when the
     /// request has none, so greedy decoding can take the argmax of raw logits.
@@ -123,6 +129,9 @@ impl TokenSampler {
 
     /// Records a token as generated: updates penalties and grammar state.
     pub fn accept(&mut self, token: LlamaToken) {
+        if token == DEAD_END {
+            return;
+        }
         if let Some(h) = self.history.as_mut() {
             h.accept(token);
         }
@@ -170,7 +179,8 @@ impl TokenSampler {
         Dist::from_logits(&ids, &logits)
     }
 
-    /// Picks the next token at output `idx` (does not accept it). Returns the
+    /// Picks the next token at output `idx` (does not accept it); `DEAD_END`
+    /// when the chain allows no token at all. Returns the
     /// distribution it was drawn from when `want_dist` or when it is needed anyway.
     pub fn sample(&mut self, ctx: &LlamaContext, idx: i32, want_dist: bool) -> (LlamaToken, Option<Dist>) {
         if self.fast_path() && !want_dist {
@@ -188,23 +198,20 @@ impl TokenSampler {
             let (ids, logits): (Vec<i32>, Vec<f32>) = arr.data.iter().map(|d| (d.id().0, d.logit())).unzip();
             let dist = Dist::from_logits(&ids, &logits);
             arr.apply_sampler(m);
-            let token = arr.selected_token().unwrap_or_else(|| LlamaToken(dist.argmax().unwrap_or(0)));
+            let token = if dist.is_empty() { DEAD_END } else { arr.selected_token().unwrap_or_else(|| LlamaToken(dist.argmax().unwrap_or(0))) };
             return (token, Some(dist));
         }
         if self.greedy && !want_dist {
             // Greedy needs only the argmax of what the chain leaves.
             let arr = self.transformed(ctx, idx);
             let best = arr.data.iter().filter(|d| d.logit() > f32::NEG_INFINITY).max_by(|a, b| a.logit().total_cmp(&b.logit()).then(b.id().0.cmp(&a.id().0)));
-            let token = best.map(|d| d.id()).unwrap_or_else(|| LlamaToken(argmax(ctx.get_logits_ith(idx))));
+            let token = best.map(|d| d.id()).unwrap_or(DEAD_END);
             self.scratch = arr.data;
             return (token, None);
         }
         let dist = self.distribution(ctx, idx);
         let token = if self.greedy { dist.argmax() } else { dist.sample(&mut self.rng) };
-        // An empty distribution means the grammar allows nothing: fall back to
-        // the raw argmax rather than emit garbage ids; the caller stops on EOG.
-        let token = token.unwrap_or_else(|| argmax(ctx.get_logits_ith(idx)));
-        (LlamaToken(token), Some(dist))
+        (token.map_or(DEAD_END, LlamaToken), Some(dist))
     }
 
     pub fn rng(&mut self) -> &mut Rng {

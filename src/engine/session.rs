@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::draft_model::{Branch, DraftModel};
 use super::model::{self, EngineOptions, ModelInfo};
-use super::sampler::TokenSampler;
+use super::sampler::{TokenSampler, DEAD_END};
 use crate::core::controller::{BatchCost, DraftController};
 use crate::core::drafter::{Draft, Drafter};
 use crate::core::error::{EngineError, ErrorCode, Result};
@@ -161,6 +161,8 @@ impl<'m> Session<'m> {
         if let Some(schema) = &req.json_schema {
             let g = llama_cpp_2::json_schema_to_grammar(schema)
                 .map_err(|e| EngineError::invalid("json_schema", format!("cannot be turned into a grammar ({e})")))?;
+            crate::core::gbnf::check_gbnf(&g)
+                .map_err(|why| EngineError::invalid("json_schema", format!("its grammar is too large: {why}")))?;
             return Ok(Some(g));
         }
         Ok(req.grammar.clone())
@@ -376,10 +378,14 @@ impl<'m> Session<'m> {
                 (t, dist, None)
             } else {
                 let p = sampler.distribution(&self.ctx, at);
-                let points: Vec<Dist> = children.iter().map(|&n| Dist::point(nodes[n].1)).collect();
-                let cands: Vec<(i32, &Dist)> = children.iter().zip(&points).map(|(&n, q)| (nodes[n].1, q)).collect();
-                let (t, which) = verify_multi(&p, &cands, sampler.rng());
-                (LlamaToken(t), Some(p), which.map(|i| children[i]))
+                if p.is_empty() {
+                    (DEAD_END, Some(p), None)
+                } else {
+                    let points: Vec<Dist> = children.iter().map(|&n| Dist::point(nodes[n].1)).collect();
+                    let cands: Vec<(i32, &Dist)> = children.iter().zip(&points).map(|(&n, q)| (nodes[n].1, q)).collect();
+                    let (t, which) = verify_multi(&p, &cands, sampler.rng());
+                    (LlamaToken(t), Some(p), which.map(|i| children[i]))
+                }
             };
             sampler.accept(token);
             let source = if chosen.is_some() { TokenSource::Draft } else { TokenSource::Target };
@@ -510,7 +516,12 @@ impl<'m> Session<'m> {
                     self.shift_context(n_keep)?;
                     truncated = true;
                 }
-                let room = n_ctx.saturating_sub(self.cached.len() + 2).min(info.n_batch as usize - 1);
+                // Cells left after `p` and the next pending token. With
+                // n_predict = -1 one more is held back: plain decoding stops
+                // when the cache reaches n_ctx - 2, and a step that filled the
+                // room would end one token later than it.
+                let reserve = if req.n_predict < 0 { 3 } else { 2 };
+                let room = n_ctx.saturating_sub(self.cached.len() + reserve).min(info.n_batch as usize - 1);
                 let available = spec.n_max.min(room).min(budget(n_gen).saturating_sub(1));
                 let mut history: Vec<i32> = self.cached.iter().map(|t| t.0).collect();
                 history.push(p.0);
@@ -532,7 +543,13 @@ impl<'m> Session<'m> {
                         let t = Instant::now();
                         if slot.kind == DrafterKind::Model && spec.n_parallel > 1 {
                             // Tree: the whole step (verify, correction, bonus) is done here.
-                            let branches = self.draft.as_mut().and_then(|d| d.draft_tree(&history, k, spec.n_parallel, spec.p_split));
+                            // Every node takes a cache cell: n_parallel branches of
+                            // `depth` nodes must fit in the room left.
+                            let depth = k.min(room / spec.n_parallel);
+                            if depth == 0 {
+                                continue;
+                            }
+                            let branches = self.draft.as_mut().and_then(|d| d.draft_tree(&history, depth, spec.n_parallel, spec.p_split));
                             draft_ms += ms(t);
                             self.note_draft_cost();
                             if let Some(branches) = branches.filter(|b| b.iter().map(|b| b.tokens.len()).max().unwrap_or(0) >= spec.n_min.max(1)) {
@@ -588,9 +605,13 @@ impl<'m> Session<'m> {
                         } else {
                             let pdist = sampler.distribution(&self.ctx, i as i32);
                             let q = d.dists[i].clone().unwrap_or_else(|| Dist::point(x));
-                            match verify_stochastic(&pdist, &q, x, sampler.rng()) {
-                                Verdict::Accept => (LlamaToken(x), Some(pdist), true),
-                                Verdict::Reject { token } => (LlamaToken(token), Some(pdist), false),
+                            if pdist.is_empty() {
+                                (DEAD_END, Some(pdist), false)
+                            } else {
+                                match verify_stochastic(&pdist, &q, x, sampler.rng()) {
+                                    Verdict::Accept => (LlamaToken(x), Some(pdist), true),
+                                    Verdict::Reject { token } => (LlamaToken(token), Some(pdist), false),
+                                }
                             }
                         };
                         sampler.accept(token);
@@ -599,7 +620,7 @@ impl<'m> Session<'m> {
                         if ok {
                             n_ok += 1;
                         }
-                        if !ok || (vocab.is_eog(token) && !req.ignore_eos) || step_tokens.len() >= budget(n_gen) {
+                        if !ok || token == DEAD_END || (vocab.is_eog(token) && !req.ignore_eos) || step_tokens.len() >= budget(n_gen) {
                             break;
                         }
                     }
@@ -620,7 +641,7 @@ impl<'m> Session<'m> {
                 // Keep `p` and the accepted drafts; drop rejected positions.
                 self.truncate_cache(base + n_ok)?;
                 let all_ok = n_ok == drafted.len();
-                let last_is_eog = step_tokens.last().is_some_and(|(t, _, _)| vocab.is_eog(*t) && !req.ignore_eos);
+                let last_is_eog = step_tokens.last().is_some_and(|(t, _, _)| *t == DEAD_END || (vocab.is_eog(*t) && !req.ignore_eos));
                 if all_ok && !last_is_eog && step_tokens.len() < budget(n_gen) {
                     // Every draft accepted (or none proposed): the target adds one more.
                     logits_idx = drafted.len() as i32;
@@ -650,7 +671,7 @@ impl<'m> Session<'m> {
             let mut content = String::new();
             let mut stop = None;
             for (token, source, dist) in step_tokens.drain(..) {
-                if vocab.is_eog(token) && !req.ignore_eos {
+                if token == DEAD_END || (vocab.is_eog(token) && !req.ignore_eos) {
                     stop = Some(Stop::Eos);
                     break;
                 }
