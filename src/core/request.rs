@@ -11,6 +11,7 @@ use std::fmt::Display;
 use serde_json::{Map, Number, Value};
 
 use crate::core::error::{EngineError, Result};
+use crate::core::gbnf::check_gbnf;
 
 const MAX_PROMPT_BYTES: usize = 8 * 1024 * 1024;
 const MAX_PROMPT_ITEMS: usize = 1_000_000;
@@ -237,6 +238,9 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
 
     let prompt = parse_prompt(f.get("prompt"), limits.n_vocab)?;
     let grammar = f.string("grammar")?.filter(|g| !g.is_empty()).map(str::to_owned);
+    if let Some(g) = &grammar {
+        check_gbnf(g).map_err(|why| EngineError::invalid("grammar", why))?;
+    }
     let json_schema = parse_json_schema(f.get("json_schema"))?;
     if grammar.is_some() && json_schema.is_some() {
         return Err(f.err("json_schema", "grammar and json_schema cannot both be set"));
