@@ -94,6 +94,34 @@ describe('a throwing onEvent', () => {
   })
 })
 
+describe('a panic on the engine thread', () => {
+  // Jest gives tests a copy of process.env, so the fault-injection switch is
+  // set on a child process.
+  test('rejects that request with INTERNAL; the engine keeps serving the same answers', () => {
+    const { execFileSync } = require('node:child_process')
+    const path = require('node:path')
+    const { TARGET } = require('./helpers')
+    const script = `
+      const { LlamaEngine } = require(${JSON.stringify(path.join(__dirname, '..'))});
+      (async () => {
+        const engine = await LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, contextSize: 256 });
+        const req = { prompt: 'The sky is', n_predict: 6, temperature: 0 };
+        const before = await engine.complete(req);
+        const queued = engine.complete(req);
+        const err = await engine.complete({ prompt: '__llama_engine_panic__' }).catch((e) => e);
+        const after = [(await queued).content, (await engine.complete(req)).content];
+        await engine.dispose();
+        console.log(JSON.stringify({ code: err.code, message: err.message, before: before.content, after }));
+      })();`
+    const env = { ...process.env, LLAMA_ENGINE_FAULT_INJECTION: '1' }
+    const out = execFileSync(process.execPath, ['-e', script], { env, timeout: 60000, stdio: ['ignore', 'pipe', 'ignore'] }).toString()
+    const r = JSON.parse(out.trim().split('\n').at(-1))
+    expect(r.code).toBe('INTERNAL')
+    expect(r.message).toMatch(/recovered from a panic/)
+    expect(r.after).toEqual([r.before, r.before])
+  })
+})
+
 describe('process lifetime', () => {
   test('an idle engine does not keep node alive', () => {
     const { execFileSync } = require('node:child_process')

@@ -18,7 +18,9 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::core::error::{EngineError, Result};
 use crate::core::events::EventSink;
-use crate::core::request::CompletionRequest;
+use crate::core::request::{CompletionRequest, PromptPart};
+
+const PANIC_PROMPT: &str = "__llama_engine_panic__";
 pub use model::{EngineOptions, ModelInfo};
 
 type Costs = (Vec<Option<f64>>, Option<f64>);
@@ -117,6 +119,8 @@ impl Engine {
             let costs = costs.clone();
             std::thread::Builder::new()
                 .name("llama-engine".into())
+                // llama.cpp's grammar code recurses once per nested rule.
+                .stack_size(64 << 20)
                 .spawn(move || engine_thread(opts, progress, shared, ready_tx, tokens_cached, costs, ngram))
                 .map_err(|e| EngineError::internal(format!("cannot start the engine thread: {e}")))?
         };
@@ -306,8 +310,17 @@ fn engine_thread(
     if ready.send(Ok((models.target.clone(), models.info.clone()))).is_err() {
         return;
     }
+    // Fault injection for the test suite: with LLAMA_ENGINE_FAULT_INJECTION=1
+    // in the environment at load, the prompt "__llama_engine_panic__" panics
+    // mid-request, so the recovery below is tested on the real engine.
+    let faults = std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1");
     while let Some(mut job) = shared.next_job() {
-        let outcome = catch_unwind(AssertUnwindSafe(|| session.run(&job.request, job.sink.as_mut(), &job.cancel)))
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if faults && job.request.prompt == [PromptPart::Text(PANIC_PROMPT.into())] {
+                panic!("fault injected by {PANIC_PROMPT}");
+            }
+            session.run(&job.request, job.sink.as_mut(), &job.cancel)
+        }))
             .unwrap_or_else(|panic| {
                 session.reset();
                 let why = panic
