@@ -64,7 +64,7 @@ async function one(i) {
   let text = ''
   const onEvent = (e) => {
     events++
-    if (e.type === 'token') text += e.tokens.map((t) => t.text).join('')
+    if (e.type === 'token') text += e.content
     if (kind === 'abort' && events === 2) ac.abort()
   }
   try {
@@ -72,7 +72,7 @@ async function one(i) {
       let done
       for await (const e of engine.stream(req)) { onEvent(e); if (e.type === 'done') done = e }
       if (!done) return 'stream ended without done'
-      return text === done.result.content ? 'ok' : 'stream text mismatch'
+      return text === done.content ? 'ok' : 'stream text mismatch'
     }
     if (kind === 'queued-abort') setImmediate(() => ac.abort())
     const r = await engine.complete(req, onEvent, ac.signal)
