@@ -46,6 +46,9 @@ const FIELD: &str = "ngram cache";
 const MAX_FOLLOWERS: i32 = 1 << 24;
 /// Bytes of a record's head (the n-gram and its follower count).
 const HEAD_BYTES: usize = NGRAM_MAX * 4 + 4;
+/// Most distinct n-grams the dynamic cache learns from requests (about
+/// 150 bytes each: ~75 MB). Past it, only known n-grams gain counts.
+pub const DYNAMIC_MAX_NGRAMS: usize = 500_000;
 
 // ---------------------------------------------------------------------------
 // Hashing: keys are small integer tuples; SipHash would dominate the hot path.
@@ -247,6 +250,31 @@ impl NgramCache {
             *self = other;
         } else {
             self.merge(&other);
+        }
+    }
+
+    /// Like [`merge_owned`](Self::merge_owned), but once this cache holds
+    /// `max` n-grams no new ones are added (the counts of those it has still
+    /// grow), so a long-running engine's dynamic cache stays bounded.
+    pub fn merge_capped(&mut self, other: NgramCache, max: usize) {
+        if self.map.is_empty() && other.len() <= max {
+            *self = other;
+            return;
+        }
+        for (ngram, theirs) in other.map {
+            let full = self.map.len() >= max;
+            match self.map.get_mut(&ngram) {
+                Some(mine) => {
+                    for (token, count) in theirs {
+                        let slot = mine.entry(token).or_insert(0);
+                        *slot = slot.saturating_add(count);
+                    }
+                }
+                None if !full => {
+                    self.map.insert(ngram, theirs);
+                }
+                None => {}
+            }
         }
     }
 
@@ -673,7 +701,7 @@ impl NgramDrafter {
         if context.is_empty() {
             return;
         }
-        self.dynamic.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).merge_owned(context);
+        self.dynamic.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).merge_capped(context, DYNAMIC_MAX_NGRAMS);
     }
 
     /// This request's context cache.
@@ -1148,5 +1176,28 @@ mod tests {
         d.begin(&[8, 9]);
         let draft = d.draft(&[8, 9], 4).expect("static draft");
         assert_eq!(draft.tokens[0], 10);
+    }
+
+    #[test]
+    fn merge_capped_stops_adding_ngrams_at_the_cap() {
+        let mut a = NgramCache::new();
+        a.update(&[1, 2, 3], 1, 1, 3); // [1]->2, [2]->3
+        let mut b = NgramCache::new();
+        b.update(&[1, 2, 7, 8, 9], 1, 1, 5); // [1]->2, [2]->7, [7]->8, [8]->9
+        a.merge_capped(b.clone(), 3);
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.followers(&Ngram::new(&[1])), vec![(2, 2)]);
+        assert_eq!(a.followers(&Ngram::new(&[2])), vec![(3, 1), (7, 1)]);
+        // Under the cap it equals merge.
+        let mut c = NgramCache::new();
+        c.update(&[1, 2, 3], 1, 1, 3);
+        let mut d = c.clone();
+        c.merge_capped(b.clone(), usize::MAX);
+        d.merge(&b);
+        assert_eq!(c, d);
+        // An empty cache takes a small one whole, and a big one only up to the cap.
+        let mut e = NgramCache::new();
+        e.merge_capped(b.clone(), 2);
+        assert_eq!(e.len(), 2);
     }
 }
