@@ -5,7 +5,7 @@
 //             with llama-cpp-2 (examples/plain_greedy.rs), same model/threads.
 //   draft     speculative decoding with a draft model (Q2_K) on free-form
 //             prompts, per target (Q4_1, F16): off, fixed draft lengths,
-//             adaptive, auto.
+//             adaptive, draft trees (3 branches; fixed and adaptive), auto.
 //   ngram     prompt lookup on input-grounded prompts (and two free-form
 //             ones): ngram and auto against off, and the ceiling an oracle
 //             n-gram drafter would reach (examples/ngram_ceiling.rs).
@@ -157,6 +157,8 @@ const DRAFT_MODES = [
   { name: 'draft n4', spec: { mode: 'draft', adaptive: false, n_max: 4 } },
   { name: 'draft n8', spec: { mode: 'draft', adaptive: false, n_max: 8 } },
   { name: 'draft adaptive', spec: { mode: 'draft' } },
+  { name: 'tree 3x4', spec: { mode: 'draft', adaptive: false, n_max: 4, n_parallel: 3, p_split: 0.1 } },
+  { name: 'tree adaptive', spec: { mode: 'draft', n_parallel: 3 } },
   { name: 'auto', spec: { mode: 'auto' }, fresh: true },
 ]
 
@@ -221,7 +223,6 @@ if (sections.has('draft')) {
   }
   console.log('')
   table(overall, ['target', 'mode', 'median vs off', 'median passes/tok'])
-  console.log('tree drafts (n_parallel > 1): not implemented yet, so no column for them.')
   console.log(`(draft section: ${elapsed(since)}; auto runs on a fresh engine per request)`)
   results.draft = rows
   results.draft_costs = costs
@@ -347,7 +348,6 @@ if (sections.has('ngram')) {
     console.log('warning: these batch costs are not increasing and sub-linear as they should be (a busy machine?): the ceiling is unreliable')
   }
   if (rows.some((r) => !r.off_stable)) console.log('note: the off output differed between repeats for some prompt; the ceiling uses the first')
-  console.log('tree drafts (n_parallel > 1): not implemented yet, so no column for them.')
   console.log(`(ngram section: ${elapsed(since)}; ngram and auto run on a fresh engine per request)`)
   results.ngram = rows.map((r) => ({ ...r, off: { ...r.off, content: undefined } }))
   results.ngram_batch_ms = batchMs

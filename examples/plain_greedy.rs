@@ -30,6 +30,13 @@ fn main() {
         .with_n_batch(512)
         .with_n_threads(threads)
         .with_n_threads_batch(threads);
+    // The engine's setting (src/engine/model.rs) unless PLAIN_FLASH_ATTN=auto:
+    // the binding cost is measured on the same llama.cpp configuration.
+    let params = if std::env::var("PLAIN_FLASH_ATTN").is_ok_and(|v| v == "auto") {
+        params
+    } else {
+        params.with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    };
     let mut ctx = model.new_context(&backend, params).expect("context");
     let mut batch = LlamaBatch::new(512, 1);
     for prompt in prompts {
