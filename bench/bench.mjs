@@ -87,6 +87,9 @@ async function run(engine, prompt, speculative) {
 async function runFresh(load, prompt, speculative) {
   const engine = await LlamaEngine.load(load)
   try {
+    // One short unrelated request first (mode off: nothing is learned), so a
+    // fresh engine is as warm as the shared one `off` runs on.
+    await engine.complete({ prompt: 'Hello there.', n_predict: 8, temperature: 0, speculative: { mode: 'off' } })
     return await run(engine, prompt, speculative)
   } finally {
     await engine.dispose()
