@@ -73,7 +73,7 @@ export interface CompletionRequest {
   ignore_eos?: boolean
   logit_bias?: Array<[number, number | false]> | Record<string, number | false>
   n_probs?: number
-  /** GBNF grammar. */
+  /** GBNF grammar (at most 256 KB; repetitions up to {0,1000}; parentheses nested up to 64). When it allows no further token the request ends (`stopped_eos`). */
   grammar?: string
   json_schema?: object | boolean | string
   /** Default true. */
