@@ -270,7 +270,7 @@ describe('stochastic verification keeps the target distribution', () => {
       expect(accepted[arm]).toBeGreaterThan(0)
       expect(accepted[arm]).toBeLessThan(drafted[arm])
     }
-  })
+  }, 600000)
 })
 
 describe('n-gram caches', () => {
