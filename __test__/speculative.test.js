@@ -28,36 +28,8 @@ const MODES = [
   { mode: 'auto' },
 ]
 
-const CODE = `function summarizeOrders(orders, taxRate) {
-  let subtotal = 0;
-  let itemCount = 0;
-  const byCategory = {};
-  for (const order of orders) {
-    if (order.cancelled) {
-      continue;
-    }
-    for (const item of order.items) {
-      const lineTotal = item.price * item.quantity;
-      subtotal += lineTotal;
-      itemCount += item.quantity;
-      if (!byCategory[item.category]) {
-        byCategory[item.category] = 0;
-      }
-      byCategory[item.category] += lineTotal;
-    }
-  }
-  const tax = subtotal * taxRate;
-  const total = subtotal + tax;
-  const average = itemCount > 0 ? subtotal / itemCount : 0;
-  return {
-    subtotal: Math.round(subtotal * 100) / 100,
-    tax: Math.round(tax * 100) / 100,
-    total: Math.round(total * 100) / 100,
-    itemCount,
-    average,
-    byCategory,
-  };
-}`
+// The bench's 'code edit' input (read as text).
+const CODE = fs.readFileSync(path.join(__dirname, '..', 'bench', 'fixtures', 'summarize-orders.js'), 'utf8').split('\n').slice(1).join('\n').trimEnd()
 const LONG_PROMPT = chat(`Rename the variable \`subtotal\` to \`netAmount\` in this JavaScript function and return the whole function.\n\n\`\`\`js\n${CODE}\n\`\`\``)
 
 const N = 40

@@ -15,7 +15,7 @@
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
 import { execFileSync } from 'node:child_process'
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import { join } from 'node:path'
 import { ensureReady } from '../scripts/ensure-ready.mjs'
@@ -236,36 +236,8 @@ if (sections.has('draft')) {
 
 const PASSAGE = `The first lighthouses were not towers at all but fires lit on hilltops, tended by whoever lived closest to the shore. As trade grew, harbours began to pay for permanent lights, and by the eighteenth century stone towers stood on many dangerous headlands. Keeping a light was hard, lonely work. The keeper trimmed the wicks every few hours, polished the lenses, and wrote the weather into a logbook that inspectors read twice a year. In storms he might not sleep for two nights, because a light that went out could cost a ship and every life aboard. The invention of the Fresnel lens in 1822 changed the trade: a single lamp, focused through rings of glass prisms, could be seen more than twenty miles out to sea. Electric lamps and automatic timers later removed the need for a keeper, and by the end of the twentieth century almost every light in the world ran on its own.`
 
-const JS_FUNCTION = `function summarizeOrders(orders, taxRate) {
-  let subtotal = 0;
-  let itemCount = 0;
-  const byCategory = {};
-  for (const order of orders) {
-    if (order.cancelled) {
-      continue;
-    }
-    for (const item of order.items) {
-      const lineTotal = item.price * item.quantity;
-      subtotal += lineTotal;
-      itemCount += item.quantity;
-      if (!byCategory[item.category]) {
-        byCategory[item.category] = 0;
-      }
-      byCategory[item.category] += lineTotal;
-    }
-  }
-  const tax = subtotal * taxRate;
-  const total = subtotal + tax;
-  const average = itemCount > 0 ? subtotal / itemCount : 0;
-  return {
-    subtotal: Math.round(subtotal * 100) / 100,
-    tax: Math.round(tax * 100) / 100,
-    total: Math.round(total * 100) / 100,
-    itemCount,
-    average,
-    byCategory,
-  };
-}`
+// Read as text: the 'code edit' input, shared with __test__/speculative.test.js.
+const JS_FUNCTION = readFileSync(join(root, 'bench', 'fixtures', 'summarize-orders.js'), 'utf8').split('\n').slice(1).join('\n').trimEnd()
 
 const HARBOUR_TEXT = `The town of Kestrel Bay grew up around its fishing fleet. Every morning before dawn the boats left the inner basin, and by noon the first of them were back with their catch. The market opened at one o'clock sharp, and buyers came from as far as the capital. The harbour master, a retired captain named Elena Brandt, decided which boats could unload first and kept a ledger of every arrival. In winter the fleet shrank to a handful of boats, and the market opened only three days a week. Tourists arrived in summer, filling the cafes along the quay and photographing the nets drying in the sun.`
 
