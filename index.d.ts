@@ -96,7 +96,7 @@ export interface GeneratedToken {
 
 export interface TokenEvent {
   type: 'token'
-  /** Text safe to show: whole UTF-8 characters, stop-string prefixes held back. */
+  /** Text safe to show: whole UTF-8 characters, stop-string prefixes held back (a character cut off by the end of generation is flushed last, as U+FFFD). */
   content: string
   tokens: GeneratedToken[]
   /** Drafted in this step. */

@@ -246,15 +246,11 @@ impl NgramCache {
     /// Like [`merge`](Self::merge), consuming `other` (no copies when this
     /// cache is empty).
     pub fn merge_owned(&mut self, other: NgramCache) {
-        if self.map.is_empty() {
-            *self = other;
-        } else {
-            self.merge(&other);
-        }
+        self.merge_capped(other, usize::MAX);
     }
 
-    /// Like [`merge_owned`](Self::merge_owned), but once this cache holds
-    /// `max` n-grams no new ones are added (the counts of those it has still
+    /// Like [`merge`](Self::merge), consuming `other`, but once this cache
+    /// holds `max` n-grams no new ones are added (the counts of those it has still
     /// grow), so a long-running engine's dynamic cache stays bounded.
     pub fn merge_capped(&mut self, other: NgramCache, max: usize) {
         if self.map.is_empty() && other.len() <= max {
