@@ -10,8 +10,12 @@
 
 /// Decay of the running estimates: about the last 30 observations matter.
 const DECAY: f64 = 0.97;
+/// Weight (pseudo-observations) of the prior of each position's estimate.
+const PRIOR_WEIGHT: f64 = 2.0;
 const PROBE_MIN: usize = 4;
 const PROBE_MAX: usize = 128;
+/// Steps a one-time setup cost (a draft model's catch-up) is amortised over.
+pub const SETUP_HORIZON: f64 = 16.0;
 
 /// The target's cost to decode a batch of n tokens, n = 1..=max.
 #[derive(Debug, Clone)]
@@ -82,10 +86,14 @@ pub struct DraftController {
     adaptive: bool,
     /// Cost of drafting one token (ms), running average.
     draft_ms: Option<f64>,
+    /// Acceptance assumed at position 0 before anything is measured.
+    prior: f64,
     /// Per draft position i (0-based): decayed count of drafts that reached
     /// it and of those accepted there.
     reached: Vec<f64>,
     accepted: Vec<f64>,
+    /// Whether measured wall time per token may overrule the cost model.
+    check_loss: bool,
     /// Steps since the last draft, and how many to wait before probing.
     idle: usize,
     probe_every: usize,
@@ -106,15 +114,27 @@ impl DraftController {
             n_max,
             adaptive,
             draft_ms: None,
-            // A weak prior (two pseudo-observations) that data quickly overrides.
-            reached: vec![2.0; n_max],
-            accepted: vec![2.0 * prior; n_max],
+            prior,
+            reached: vec![0.0; n_max],
+            accepted: vec![0.0; n_max],
+            check_loss: true,
             idle: 0,
             probe_every: PROBE_MIN,
             plain_ms_per_token: None,
             drafted_ms_per_token: None,
             drafted_steps: 0,
         }
+    }
+
+    /// Whether measured wall time per token (drafting steps against plain
+    /// ones) may overrule the cost model. On for a draft model, whose real
+    /// cost the model misses (two models evicting each other from the CPU
+    /// caches); off for a drafter that costs nothing, where the measured
+    /// batch costs price every choice and the comparison of steps taken at
+    /// different moments only adds this machine's noise (±20 % run to run).
+    pub fn with_loss_check(mut self, on: bool) -> Self {
+        self.check_loss = on;
+        self
     }
 
     /// A step finished: `tokens` produced in `ms`, with or without a draft
@@ -135,7 +155,7 @@ impl DraftController {
     /// plain ones.
     fn measured_loss(&self) -> bool {
         match (self.plain_ms_per_token, self.drafted_ms_per_token) {
-            (Some(plain), Some(drafted)) => self.drafted_steps >= 3 && drafted >= plain * 0.97,
+            (Some(plain), Some(drafted)) => self.check_loss && self.drafted_steps >= 3 && drafted >= plain * 0.97,
             _ => false,
         }
     }
@@ -163,17 +183,21 @@ impl DraftController {
     }
 
     /// Probability that the token at draft position i is accepted given that
-    /// all before it were.
+    /// all before it were. Each position's estimate is shrunk towards the
+    /// one before it (position 0 towards the prior) with a weight of
+    /// [`PRIOR_WEIGHT`] observations: a depth never drafted so far inherits
+    /// the acceptance of the depths that were, so the controller can grow
+    /// into long accepted runs (a copied passage) instead of being held at
+    /// the length it happened to try first.
     pub fn accept_rate(&self, i: usize) -> f64 {
         if i >= self.n_max {
             return 0.0;
         }
-        // Positions rarely reached borrow the estimate of the one before.
-        let own = self.accepted[i] / self.reached[i].max(1e-9);
-        if i > 0 && self.reached[i] < 1.0 {
-            return self.accept_rate(i - 1).min(own.max(self.accept_rate(i - 1)));
+        let mut rate = self.prior;
+        for j in 0..=i {
+            rate = (self.accepted[j] + PRIOR_WEIGHT * rate) / (self.reached[j] + PRIOR_WEIGHT);
         }
-        own.clamp(0.0, 1.0)
+        rate.clamp(0.0, 1.0)
     }
 
     /// Overall acceptance (accepted / drafted) the estimates imply at position 0.
@@ -186,8 +210,10 @@ impl DraftController {
     pub fn expected_tokens(&self, k: usize) -> f64 {
         let mut run = 1.0;
         let mut total = 1.0;
+        let mut rate = self.prior;
         for i in 0..k.min(self.n_max) {
-            run *= self.accept_rate(i);
+            rate = ((self.accepted[i] + PRIOR_WEIGHT * rate) / (self.reached[i] + PRIOR_WEIGHT)).clamp(0.0, 1.0);
+            run *= rate;
             total += run;
         }
         total
@@ -197,6 +223,11 @@ impl DraftController {
     /// throughput relative to plain decoding. Without cost data it falls back
     /// to the seeds' heuristic and drafts `n_max`.
     pub fn plan(&self, costs: &BatchCost, draft_cost_ms: Option<f64>) -> (usize, f64) {
+        self.plan_upto(costs, draft_cost_ms, self.n_max)
+    }
+
+    /// [`plan`](Self::plan) among lengths up to `cap`.
+    pub fn plan_upto(&self, costs: &BatchCost, draft_cost_ms: Option<f64>, cap: usize) -> (usize, f64) {
         if !self.adaptive || self.n_max == 0 {
             return (self.n_max, 1.0);
         }
@@ -205,7 +236,7 @@ impl DraftController {
         };
         let base = 1.0 / t1;
         let mut best = (0usize, 1.0f64);
-        for k in 1..=self.n_max.min(costs.max().saturating_sub(1)) {
+        for k in 1..=self.n_max.min(cap).min(costs.max().saturating_sub(1)) {
             let Some(tv) = costs.estimate(k + 1) else { continue };
             let rate = self.expected_tokens(k) / (tv + cd * k as f64);
             let gain = rate / base;
@@ -230,11 +261,23 @@ impl DraftController {
     /// The length to draft this step. `available` caps it (what the drafter
     /// can offer, the room left in the context, the tokens left to predict).
     pub fn next_length(&mut self, costs: &BatchCost, available: usize) -> usize {
+        self.next_length_with_setup(costs, available, 0.0)
+    }
+
+    /// As [`next_length`](Self::next_length), when drafting now first costs
+    /// `setup_ms` once (a draft model catching up with a prompt or with
+    /// tokens it has not seen). A planned draft must win that back within
+    /// [`SETUP_HORIZON`] steps; a probe is only taken when its setup costs
+    /// no more than two plain tokens.
+    pub fn next_length_with_setup(&mut self, costs: &BatchCost, available: usize, setup_ms: f64) -> usize {
         if self.adaptive && self.ceiling(costs, None) < 1.0 {
             return 0;
         }
-        let (k, _) = self.plan(costs, None);
-        let k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
+        let (k, _) = self.plan_upto(costs, None, available);
+        let mut k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
+        if self.adaptive && k > 0 && setup_ms > 0.0 && self.saving_ms(costs, k) * SETUP_HORIZON < setup_ms {
+            k = 0;
+        }
         if k > 0 || !self.adaptive {
             self.idle = 0;
             return k;
@@ -242,12 +285,22 @@ impl DraftController {
         // Not worth it now. Probe with a short draft once in a while, so a
         // change in the text (a quoted passage, repetition) is noticed.
         self.idle += 1;
-        if self.idle >= self.probe_every && available > 0 {
+        let t1 = costs.estimate(1).unwrap_or(f64::INFINITY);
+        if self.idle >= self.probe_every && available > 0 && setup_ms <= 2.0 * t1 {
             self.idle = 0;
             self.probe_every = (self.probe_every * 2).min(PROBE_MAX);
             return available.min(2);
         }
         0
+    }
+
+    /// Expected time (ms) a step drafting k saves against producing the same
+    /// tokens plainly; negative when it loses.
+    pub fn saving_ms(&self, costs: &BatchCost, k: usize) -> f64 {
+        let (Some(t1), Some(tv), Some(cd)) = (costs.estimate(1), costs.estimate(k + 1), self.draft_ms) else {
+            return 0.0;
+        };
+        self.expected_tokens(k) * t1 - (tv + cd * k as f64)
     }
 
     /// A probe or draft showed speculation pays again: probe eagerly.
@@ -367,6 +420,46 @@ mod tests {
         }
         assert!(c.accept_rate(0) < 0.05);
         assert!((c.expected_tokens(4) - 1.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn untried_depths_inherit_the_acceptance_of_tried_ones() {
+        // Short n-gram drafts that were always accepted (a copied passage):
+        // the depths never drafted are expected to be accepted too, so the
+        // plan grows past the length tried so far.
+        let mut c = DraftController::new(16, true, 0.6);
+        c.observe_draft_cost(1, 0.01);
+        for _ in 0..20 {
+            c.observe_acceptance(3, 3);
+        }
+        assert!(c.accept_rate(10) > 0.9, "{}", c.accept_rate(10));
+        let (k, gain) = c.plan(&cpu_costs(), None);
+        assert!(k > 3, "k = {k}");
+        assert!(gain > 1.5, "gain = {gain}");
+        // Where drafts break off at depth 2, deeper positions are not trusted.
+        let mut d = DraftController::new(16, true, 0.6);
+        d.observe_draft_cost(1, 0.01);
+        for _ in 0..40 {
+            d.observe_acceptance(4, 2);
+        }
+        assert!(d.accept_rate(2) < 0.2, "{}", d.accept_rate(2));
+        assert!(d.plan(&cpu_costs(), None).0 <= 2);
+    }
+
+    #[test]
+    fn without_the_loss_check_only_the_cost_model_decides() {
+        let costs = cpu_costs();
+        let mut c = DraftController::new(8, true, 0.9).with_loss_check(false);
+        c.observe_draft_cost(1, 0.01);
+        for _ in 0..30 {
+            c.observe_acceptance(8, 8);
+        }
+        // Noisy wall times that make drafting steps look slow change nothing.
+        for _ in 0..10 {
+            c.observe_step(false, 1, 8.0);
+            c.observe_step(true, 4, 40.0);
+        }
+        assert!((0..20).all(|_| c.next_length(&costs, 8) > 0));
     }
 
     #[test]

@@ -36,9 +36,12 @@ pub struct DraftModel<'m> {
     pub last_ms: f64,
     /// Tokens decoded by the last `draft` call (catch-up plus drafted).
     pub last_decoded: usize,
-    /// Tokens the last `draft` call proposed: its time (catch-up included)
-    /// is what a proposed token really costs.
+    /// Tokens the last `draft` call proposed.
     pub last_proposed: usize,
+    /// Of the last call: tokens evaluated to catch up with the history, and
+    /// the time that took (part of `last_ms`).
+    pub last_synced: usize,
+    pub last_sync_ms: f64,
 }
 
 impl<'m> DraftModel<'m> {
@@ -54,7 +57,32 @@ impl<'m> DraftModel<'m> {
             last_ms: 0.0,
             last_decoded: 0,
             last_proposed: 0,
+            last_synced: 0,
+            last_sync_ms: 0.0,
         }
+    }
+
+    /// Tokens of `history` the draft cache lacks: what drafting now would
+    /// first have to evaluate (at least the last token, for its logits).
+    pub fn behind(&self, history: &[i32]) -> usize {
+        let shared = self.cached.iter().zip(history).take_while(|(a, b)| a.0 == **b).count();
+        (history.len() - shared).max(1)
+    }
+
+    /// Time per token of evaluating `n` tokens in one batch (for pricing a
+    /// catch-up with a prompt). Leaves the cache as it was.
+    pub fn measure_batch_ms(&mut self, token: LlamaToken, n: usize) -> Option<f64> {
+        let pos = self.cached.len();
+        let n = n.min(self.n_batch).max(1);
+        self.batch.clear();
+        for i in 0..n {
+            self.batch.add(token, (pos + i) as i32, &[0], i + 1 == n).ok()?;
+        }
+        let t = Instant::now();
+        self.ctx.decode(&mut self.batch).ok()?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        let _ = self.ctx.kv_cache_seq_rm(0, Some(pos as u32), None);
+        Some(ms / n as f64)
     }
 
     pub fn configure(&mut self, temperature: f32, p_min: f32, seed: u64) {
@@ -111,7 +139,11 @@ impl<'m> DraftModel<'m> {
         }
         self.cached.truncate(keep);
         self.last_decoded += history.len() - keep;
-        self.decode(&history[keep..])
+        let t = Instant::now();
+        let ok = self.decode(&history[keep..]);
+        self.last_synced = history.len() - keep;
+        self.last_sync_ms = t.elapsed().as_secs_f64() * 1000.0;
+        ok
     }
 
     /// The draft's distribution at its last output, at the request's temperature.
@@ -144,6 +176,8 @@ impl DraftModel<'_> {
         let start = Instant::now();
         self.last_decoded = 0;
         self.last_proposed = 0;
+        self.last_synced = 0;
+        self.last_sync_ms = 0.0;
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         if depth == 0 || history.is_empty() || !self.sync(&history) {
             self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
@@ -243,6 +277,8 @@ impl Drafter for DraftModel<'_> {
         let start = Instant::now();
         self.last_decoded = 0;
         self.last_proposed = 0;
+        self.last_synced = 0;
+        self.last_sync_ms = 0.0;
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         let mut draft = Draft { tokens: Vec::new(), dists: Vec::new(), source: TokenSource::Draft };
         if n_max == 0 || history.is_empty() || !self.sync(&history) {

@@ -69,8 +69,18 @@ pub struct Session<'m> {
     /// Measured cost of target batches by size; persists across requests.
     costs: BatchCost,
     draft_step_ms: Option<f64>,
+    /// The draft model's cost per token when it evaluates many at once
+    /// (catching up with a prompt), measured at load and when it happens.
+    draft_prefill_ms: Option<f64>,
+    /// The draft model's controller, kept across requests: how well the
+    /// draft model predicts this target is a property of the pair more than
+    /// of one request. Keyed by the settings it was made for.
+    model_ctl: Option<(ControllerKey, DraftController)>,
     ngram: NgramStore,
 }
+
+/// (n_max, adaptive, greedy): requests with these equal share a controller.
+type ControllerKey = (usize, bool, bool);
 
 /// Why generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +114,8 @@ impl<'m> Session<'m> {
             draft,
             costs: BatchCost::new(MAX_BATCH_COST),
             draft_step_ms: None,
+            draft_prefill_ms: None,
+            model_ctl: None,
             ngram,
         };
         session.calibrate();
@@ -231,10 +243,32 @@ impl<'m> Session<'m> {
     /// Folds the draft model's last drafting time into its per-step cost.
     fn note_draft_cost(&mut self) {
         if let Some(d) = self.draft.as_ref().filter(|d| d.last_decoded > 0) {
-            // Catch-up decoding is part of what a proposed token costs.
-            let per = d.last_ms / d.last_proposed.max(1) as f64;
-            self.draft_step_ms = Some(self.draft_step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
+            // The usual catch-up (the pending token and the accepted drafts)
+            // is part of what a proposed token costs; a long one (a prompt,
+            // tokens produced while the draft model was idle) is a one-time
+            // setup, priced separately.
+            let (ms, setup) = if d.last_synced > SMALL_CATCH_UP { (d.last_ms - d.last_sync_ms, true) } else { (d.last_ms, false) };
+            if d.last_proposed > 0 {
+                let per = ms.max(0.0) / d.last_proposed as f64;
+                self.draft_step_ms = Some(self.draft_step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
+            }
+            if setup {
+                let per = d.last_sync_ms / d.last_synced as f64;
+                self.draft_prefill_ms = Some(self.draft_prefill_ms.map_or(per, |o| o * 0.5 + per * 0.5));
+            }
         }
+    }
+
+    /// What drafting with the draft model now first costs to catch up with
+    /// `history`, beyond the usual few tokens.
+    fn draft_setup_ms(&self, history: &[i32]) -> f64 {
+        let Some(d) = self.draft.as_ref() else { return 0.0 };
+        let behind = d.behind(history);
+        if behind <= SMALL_CATCH_UP {
+            return 0.0;
+        }
+        let per = self.draft_prefill_ms.or(self.draft_step_ms).unwrap_or(0.0);
+        behind as f64 * per
     }
 
     /// Removes cached positions from `len` on (rejected drafts).
@@ -290,6 +324,8 @@ impl<'m> Session<'m> {
         if let Some(d) = self.draft.as_mut() {
             let steps: Vec<f64> = (0..3).filter_map(|_| d.measure_step_ms(token)).collect();
             self.draft_step_ms = steps.into_iter().reduce(f64::min);
+            let _ = d.measure_batch_ms(token, 32); // warm-up
+            self.draft_prefill_ms = d.measure_batch_ms(token, 32);
         }
         self.reset();
     }
@@ -473,11 +509,20 @@ impl<'m> Session<'m> {
             let seed = req.sampling.seed.map(|s| s as u64 ^ 0x9E37_79B9_7F4A_7C15).unwrap_or_else(|| Rng::from_entropy().next_u64());
             d.configure(req.sampling.temperature, spec.p_min, seed);
         }
+        let ctl_key: ControllerKey = (spec.n_max, spec.adaptive, sampler.is_greedy());
         let mut slots: Vec<Slot> = kinds
             .iter()
             .map(|&kind| Slot {
                 kind,
-                ctl: DraftController::new(spec.n_max, spec.adaptive, kind.prior_acceptance()),
+                ctl: match kind {
+                    // N-gram acceptance depends on how much the answer copies
+                    // from this prompt: every request starts afresh.
+                    DrafterKind::Ngram => DraftController::new(spec.n_max, spec.adaptive, kind.prior_acceptance()).with_loss_check(false),
+                    DrafterKind::Model => match self.model_ctl.take() {
+                        Some((key, ctl)) if key == ctl_key => ctl,
+                        _ => DraftController::new(spec.n_max, spec.adaptive, kind.prior_acceptance()),
+                    },
+                },
                 stats: DrafterStats::default(),
             })
             .collect();
@@ -536,7 +581,23 @@ impl<'m> Session<'m> {
                         if let Some(c) = cost {
                             slot.ctl.observe_draft_cost(1, c);
                         }
-                        let k = slot.ctl.next_length(&self.costs, available);
+                        if slot.kind == DrafterKind::Ngram {
+                            // A lookup costs next to nothing: look first, then
+                            // decide how much of what it found is worth verifying.
+                            let t = Instant::now();
+                            let proposed = ngram.as_mut().and_then(|d| d.draft(&history, available));
+                            draft_ms += ms(t);
+                            let Some(mut d) = proposed else { continue };
+                            let k = slot.ctl.next_length(&self.costs, d.len());
+                            if k < spec.n_min.max(1) {
+                                continue;
+                            }
+                            d.truncate(k);
+                            draft = Some((si, d));
+                            break;
+                        }
+                        let setup = self.draft_setup_ms(&history);
+                        let k = slot.ctl.next_length_with_setup(&self.costs, available, setup);
                         if k == 0 {
                             continue;
                         }
@@ -558,15 +619,9 @@ impl<'m> Session<'m> {
                             }
                             continue;
                         }
-                        let proposed = match slot.kind {
-                            DrafterKind::Ngram => ngram.as_mut().and_then(|d| d.draft(&history, k)),
-                            DrafterKind::Model => self.draft.as_mut().and_then(|d| d.draft(&history, k)),
-                        };
-                        let spent = ms(t);
-                        draft_ms += spent;
-                        if slot.kind == DrafterKind::Model {
-                            self.note_draft_cost();
-                        }
+                        let proposed = self.draft.as_mut().and_then(|d| d.draft(&history, k));
+                        draft_ms += ms(t);
+                        self.note_draft_cost();
                         if let Some(mut d) = proposed {
                             d.truncate(k);
                             if d.len() >= spec.n_min.max(1) {
@@ -725,6 +780,9 @@ impl<'m> Session<'m> {
         if let Some(mut d) = ngram {
             d.end();
         }
+        if let Some(slot) = slots.iter().find(|s| s.kind == DrafterKind::Model) {
+            self.model_ctl = Some((ctl_key, slot.ctl.clone()));
+        }
         let predicted_ms = ms(t_gen);
         let mut stats = SpeculativeStats { mode: req.speculative.mode.as_str().into(), target_passes: passes, draft_ms, ..Default::default() };
         for slot in &slots {
@@ -760,6 +818,10 @@ impl<'m> Session<'m> {
 /// tree branches. `LlamaBatch::add` does not check seq ids against what the
 /// batch was allocated for, so every batch is allocated for all of them.
 pub const MAX_SEQS: u32 = 9;
+
+/// A draft model catching up with at most this many tokens is drafting as
+/// usual (the pending token, the accepted drafts); more is a one-time setup.
+const SMALL_CATCH_UP: usize = 4;
 
 /// Largest target batch the cost model tracks (n_max 64 + 1).
 const MAX_BATCH_COST: usize = 65;
