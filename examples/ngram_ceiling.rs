@@ -26,12 +26,19 @@
 //! updated incrementally with the tokens each step adds, as the drafter does.
 //! ceiling = N·t(1) / total cost, N = the tokens produced by target passes.
 //!
+//! `policy` is the engine's own choice replayed on the same output and priced
+//! the same way (the lookup drafts up to n_max, the adaptive controller picks
+//! how much of it to verify from each token's class, the target accepts the
+//! prefix that matches): what the engine would reach on a machine without
+//! timing noise. `policy / ceiling` is the controller's loss to the oracle.
+//!
 //! cargo build --release --example ngram_ceiling
 //! echo '{...}' | target/release/examples/ngram_ceiling
 
 use std::io::Read;
 
-use llama_engine::core::ngram::{draft_tokens, NgramCache, NgramParams};
+use llama_engine::core::controller::{BatchCost, DraftController};
+use llama_engine::core::ngram::{draft_tokens, draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS};
 use serde_json::{json, Value};
 
 /// Cost of a batch of n tokens from the measured sizes.
@@ -118,8 +125,10 @@ fn run(input: &Value) -> Result<Value, String> {
         ctx_cache.update(&history, params.ngram_min, params.ngram_max, take + 1);
         i += take + 1;
     }
+    let policy = simulate_policy(&prompt, &output, &batch_ms, &costs, n_max);
     Ok(json!({
         "ceiling": n as f64 * t1 / total,
+        "policy": policy,
         "steps": steps,
         "drafted": drafted,
         "tokens": n,
@@ -128,6 +137,51 @@ fn run(input: &Value) -> Result<Value, String> {
         "plain_ms": n as f64 * t1,
         "t": (1..=n_max + 1).map(|k| costs.t(k)).collect::<Vec<f64>>(),
     }))
+}
+
+/// The engine's own policy replayed on the same output, priced the same
+/// way: the lookup drafts up to n_max, the adaptive controller (as in
+/// `src/engine/session.rs` for the n-gram drafter) decides how much of it to
+/// verify, and the target accepts the prefix that matches the output. What
+/// this gives against the ceiling is the policy's loss, free of this
+/// machine's timing noise.
+fn simulate_policy(prompt: &[i32], output: &[i32], batch_ms: &[Option<f64>], costs: &Costs, n_max: usize) -> f64 {
+    let mut bc = BatchCost::new(n_max + 1);
+    for (k, m) in batch_ms.iter().enumerate() {
+        if let Some(v) = m.filter(|v| k > 0 && v.is_finite() && *v > 0.0) {
+            bc.observe(k, v);
+        }
+    }
+    let mut ctl = DraftController::new(n_max, true, 0.6).with_loss_check(false).with_classes(&CLASS_PRIORS);
+    ctl.observe_draft_cost(1, 0.01);
+    let params = NgramParams::default();
+    let (empty_dynamic, empty_static) = (NgramCache::new(), NgramCache::new());
+    let mut ctx_cache = NgramCache::new();
+    let mut history: Vec<i32> = prompt.to_vec();
+    history.push(output[0]);
+    ctx_cache.update(&history, params.ngram_min, params.ngram_max, history.len());
+    let n = output.len() - 1;
+    let mut i = 1;
+    let mut total = 0.0f64;
+    while i < output.len() {
+        let left = output.len() - i;
+        let (mut draft, classes) = draft_tokens_classified(&history, n_max.min(left - 1), &params, &ctx_cache, &empty_dynamic, &empty_static);
+        let k = if draft.is_empty() { 0 } else { ctl.next_length_classified(&bc, &classes) };
+        draft.truncate(k);
+        let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count();
+        if k > 0 {
+            ctl.observe_acceptance(k, a);
+            ctl.observe_classes(&classes[..k], a);
+            if a == k {
+                ctl.reset_backoff();
+            }
+        }
+        total += costs.t(k + 1);
+        history.extend_from_slice(&output[i..i + a + 1]);
+        ctx_cache.update(&history, params.ngram_min, params.ngram_max, a + 1);
+        i += a + 1;
+    }
+    n as f64 * costs.t(1) / total
 }
 
 fn main() {

@@ -12,6 +12,8 @@
 const DECAY: f64 = 0.97;
 /// Weight (pseudo-observations) of the prior of each position's estimate.
 const PRIOR_WEIGHT: f64 = 2.0;
+/// Weight of the pooled acceptance in a token class's estimate.
+const CLASS_WEIGHT: f64 = 4.0;
 const PROBE_MIN: usize = 4;
 const PROBE_MAX: usize = 128;
 /// Steps a one-time setup cost (a draft model's catch-up) is amortised over.
@@ -94,6 +96,12 @@ pub struct DraftController {
     accepted: Vec<f64>,
     /// Whether measured wall time per token may overrule the cost model.
     check_loss: bool,
+    /// For drafters that say how sure they are of each token (a class per
+    /// token, e.g. which n-gram matched): decayed counts of tokens of each
+    /// class the target judged, and of those it accepted.
+    class_reached: Vec<f64>,
+    class_accepted: Vec<f64>,
+    class_prior: Vec<f64>,
     /// Steps since the last draft, and how many to wait before probing.
     idle: usize,
     probe_every: usize,
@@ -118,6 +126,9 @@ impl DraftController {
             reached: vec![0.0; n_max],
             accepted: vec![0.0; n_max],
             check_loss: true,
+            class_reached: Vec::new(),
+            class_accepted: Vec::new(),
+            class_prior: Vec::new(),
             idle: 0,
             probe_every: PROBE_MIN,
             plain_ms_per_token: None,
@@ -135,6 +146,48 @@ impl DraftController {
     pub fn with_loss_check(mut self, on: bool) -> Self {
         self.check_loss = on;
         self
+    }
+
+    /// Keeps acceptance per token class as well as per position, for drafts
+    /// that come with classes; `priors[c]` is the acceptance assumed for
+    /// class c before any is measured.
+    pub fn with_classes(mut self, priors: &[f64]) -> Self {
+        // Kept apart for the first token of a draft and for the rest: only
+        // the first one's match is made of tokens the target produced.
+        self.class_reached = vec![0.0; 2 * priors.len()];
+        self.class_accepted = vec![0.0; 2 * priors.len()];
+        self.class_prior = priors.iter().chain(priors).map(|p| p.clamp(0.0, 1.0)).collect();
+        self
+    }
+
+    /// A draft whose tokens had these classes had its first `n_accepted`
+    /// accepted. Tokens after the first rejection were never judged.
+    pub fn observe_classes(&mut self, classes: &[u8], n_accepted: usize) {
+        let n = self.class_reached.len() / 2;
+        for (i, &c) in classes.iter().enumerate() {
+            let c = c as usize + if i == 0 { 0 } else { n };
+            if c < self.class_reached.len() && (c < n) == (i == 0) {
+                self.class_reached[c] = self.class_reached[c] * DECAY + 1.0;
+                self.class_accepted[c] = self.class_accepted[c] * DECAY + if i < n_accepted { 1.0 } else { 0.0 };
+            }
+            if i >= n_accepted {
+                break;
+            }
+        }
+    }
+
+    /// Probability that a token of class `c` is accepted (given those before
+    /// it were): its class's record, shrunk towards the class's prior.
+    pub fn class_rate(&self, c: u8, first: bool) -> f64 {
+        let n = self.class_reached.len() / 2;
+        if c as usize >= n {
+            return self.prior;
+        }
+        let c = c as usize + if first { 0 } else { n };
+        if c >= self.class_reached.len() {
+            return self.prior;
+        }
+        ((self.class_accepted[c] + CLASS_WEIGHT * self.class_prior[c]) / (self.class_reached[c] + CLASS_WEIGHT)).clamp(0.0, 1.0)
     }
 
     /// A step finished: `tokens` produced in `ms`, with or without a draft
@@ -193,11 +246,19 @@ impl DraftController {
         if i >= self.n_max {
             return 0.0;
         }
+        self.rates(i + 1)[i]
+    }
+
+    /// accept_rate(0..n).
+    fn rates(&self, n: usize) -> Vec<f64> {
+        let n = n.min(self.n_max);
+        let mut out = Vec::with_capacity(n);
         let mut rate = self.prior;
-        for j in 0..=i {
-            rate = (self.accepted[j] + PRIOR_WEIGHT * rate) / (self.reached[j] + PRIOR_WEIGHT);
+        for j in 0..n {
+            rate = ((self.accepted[j] + PRIOR_WEIGHT * rate) / (self.reached[j] + PRIOR_WEIGHT)).clamp(0.0, 1.0);
+            out.push(rate);
         }
-        rate.clamp(0.0, 1.0)
+        out
     }
 
     /// Overall acceptance (accepted / drafted) the estimates imply at position 0.
@@ -210,9 +271,7 @@ impl DraftController {
     pub fn expected_tokens(&self, k: usize) -> f64 {
         let mut run = 1.0;
         let mut total = 1.0;
-        let mut rate = self.prior;
-        for i in 0..k.min(self.n_max) {
-            rate = ((self.accepted[i] + PRIOR_WEIGHT * rate) / (self.reached[i] + PRIOR_WEIGHT)).clamp(0.0, 1.0);
+        for rate in self.rates(k) {
             run *= rate;
             total += run;
         }
@@ -228,6 +287,24 @@ impl DraftController {
 
     /// [`plan`](Self::plan) among lengths up to `cap`.
     pub fn plan_upto(&self, costs: &BatchCost, draft_cost_ms: Option<f64>, cap: usize) -> (usize, f64) {
+        self.plan_with(costs, draft_cost_ms, cap, |k| self.expected_tokens(k))
+    }
+
+    /// The best prefix of a draft whose tokens have these classes: the same
+    /// choice, with each token's chance of acceptance taken from its class.
+    pub fn plan_classified(&self, costs: &BatchCost, classes: &[u8]) -> (usize, f64) {
+        let rates: Vec<f64> = classes.iter().enumerate().map(|(i, &c)| self.class_rate(c, i == 0)).collect();
+        self.plan_with(costs, None, classes.len(), |k| {
+            let (mut run, mut total) = (1.0, 1.0);
+            for r in &rates[..k.min(rates.len())] {
+                run *= r;
+                total += run;
+            }
+            total
+        })
+    }
+
+    fn plan_with(&self, costs: &BatchCost, draft_cost_ms: Option<f64>, cap: usize, expected: impl Fn(usize) -> f64) -> (usize, f64) {
         if !self.adaptive || self.n_max == 0 {
             return (self.n_max, 1.0);
         }
@@ -238,7 +315,7 @@ impl DraftController {
         let mut best = (0usize, 1.0f64);
         for k in 1..=self.n_max.min(cap).min(costs.max().saturating_sub(1)) {
             let Some(tv) = costs.estimate(k + 1) else { continue };
-            let rate = self.expected_tokens(k) / (tv + cd * k as f64);
+            let rate = expected(k) / (tv + cd * k as f64);
             let gain = rate / base;
             if gain > best.1 {
                 best = (k, gain);
@@ -270,10 +347,22 @@ impl DraftController {
     /// [`SETUP_HORIZON`] steps; a probe is only taken when its setup costs
     /// no more than two plain tokens.
     pub fn next_length_with_setup(&mut self, costs: &BatchCost, available: usize, setup_ms: f64) -> usize {
+        self.decide(costs, available, setup_ms, None)
+    }
+
+    /// How much of a draft whose tokens have these classes to verify.
+    pub fn next_length_classified(&mut self, costs: &BatchCost, classes: &[u8]) -> usize {
+        self.decide(costs, classes.len(), 0.0, Some(classes))
+    }
+
+    fn decide(&mut self, costs: &BatchCost, available: usize, setup_ms: f64, classes: Option<&[u8]>) -> usize {
         if self.adaptive && self.ceiling(costs, None) < 1.0 {
             return 0;
         }
-        let (k, _) = self.plan_upto(costs, None, available);
+        let (k, _) = match classes {
+            Some(c) if !self.class_reached.is_empty() => self.plan_classified(costs, c),
+            _ => self.plan_upto(costs, None, available),
+        };
         let mut k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
         if self.adaptive && k > 0 && setup_ms > 0.0 && self.saving_ms(costs, k) * SETUP_HORIZON < setup_ms {
             k = 0;
@@ -460,6 +549,28 @@ mod tests {
             c.observe_step(true, 4, 40.0);
         }
         assert!((0..20).all(|_| c.next_length(&costs, 8) > 0));
+    }
+
+    #[test]
+    fn token_classes_decide_how_much_of_a_draft_to_verify() {
+        // Class 0: a weak match (rarely accepted), class 1: a strong one.
+        let costs = cpu_costs();
+        let mut c = DraftController::new(16, true, 0.6).with_loss_check(false).with_classes(&[0.3, 0.9]);
+        c.observe_draft_cost(1, 0.01);
+        // Before anything is measured the priors decide: a draft that starts
+        // on a weak match is not verified, one on a strong match is, and
+        // only as far as its tokens stay strong.
+        assert_eq!(c.next_length_classified(&costs, &[0, 0, 0, 0]), 0);
+        let k = c.next_length_classified(&costs, &[1, 1, 1, 1, 1, 1, 0, 0]);
+        assert!((2..=6).contains(&k), "k = {k}");
+        // Strong matches that keep being rejected lose their standing.
+        for _ in 0..40 {
+            c.observe_classes(&[1, 1, 1, 1], 0);
+        }
+        assert!(c.class_rate(1, true) < 0.2);
+        assert_eq!(c.plan_classified(&costs, &[1, 1, 1, 1]).0, 0);
+        // Later tokens of a draft are kept apart from its first token.
+        assert!(c.class_rate(1, false) > 0.8);
     }
 
     #[test]

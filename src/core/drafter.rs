@@ -13,6 +13,11 @@ pub struct Draft {
     /// deterministically (a point mass on the token).
     pub dists: Vec<Option<Dist>>,
     pub source: TokenSource,
+    /// How sure the drafter is of each token, as a class the controller
+    /// keeps acceptance statistics for (the n-gram drafter: which cache and
+    /// n-gram size matched, see `ngram::DRAFT_CLASSES`); empty when the
+    /// drafter has none.
+    pub classes: Vec<u8>,
 }
 
 impl Draft {
@@ -28,6 +33,7 @@ impl Draft {
     pub fn truncate(&mut self, n: usize) {
         self.tokens.truncate(n);
         self.dists.truncate(n);
+        self.classes.truncate(n);
     }
 }
 

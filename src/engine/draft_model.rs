@@ -280,7 +280,7 @@ impl Drafter for DraftModel<'_> {
         self.last_synced = 0;
         self.last_sync_ms = 0.0;
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
-        let mut draft = Draft { tokens: Vec::new(), dists: Vec::new(), source: TokenSource::Draft };
+        let mut draft = Draft { tokens: Vec::new(), dists: Vec::new(), source: TokenSource::Draft, classes: Vec::new() };
         if n_max == 0 || history.is_empty() || !self.sync(&history) {
             self.last_ms = start.elapsed().as_secs_f64() * 1000.0;
             return None;

@@ -18,7 +18,7 @@ use crate::core::controller::{BatchCost, DraftController};
 use crate::core::drafter::{Draft, Drafter};
 use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::events::{CompletionResult, DrafterStats, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource};
-use crate::core::ngram::{NgramCache, NgramDrafter, NgramParams};
+use crate::core::ngram::{NgramCache, NgramDrafter, NgramParams, CLASS_PRIORS};
 use crate::core::prompt;
 use crate::core::request::{CompletionRequest, PromptPart, SpecMode};
 use crate::core::rng::Rng;
@@ -517,7 +517,9 @@ impl<'m> Session<'m> {
                 ctl: match kind {
                     // N-gram acceptance depends on how much the answer copies
                     // from this prompt: every request starts afresh.
-                    DrafterKind::Ngram => DraftController::new(spec.n_max, spec.adaptive, kind.prior_acceptance()).with_loss_check(false),
+                    DrafterKind::Ngram => DraftController::new(spec.n_max, spec.adaptive, kind.prior_acceptance())
+                        .with_loss_check(false)
+                        .with_classes(&CLASS_PRIORS),
                     DrafterKind::Model => match self.model_ctl.take() {
                         Some((key, ctl)) if key == ctl_key => ctl,
                         _ => DraftController::new(spec.n_max, spec.adaptive, kind.prior_acceptance()),
@@ -588,7 +590,7 @@ impl<'m> Session<'m> {
                             let proposed = ngram.as_mut().and_then(|d| d.draft(&history, available));
                             draft_ms += ms(t);
                             let Some(mut d) = proposed else { continue };
-                            let k = slot.ctl.next_length(&self.costs, d.len());
+                            let k = slot.ctl.next_length_classified(&self.costs, &d.classes);
                             if k < spec.n_min.max(1) {
                                 continue;
                             }
@@ -681,6 +683,7 @@ impl<'m> Session<'m> {
                     }
                     let slot = &mut slots[*si];
                     slot.ctl.observe_acceptance(d.len(), n_ok);
+                    slot.ctl.observe_classes(&d.classes, n_ok);
                     slot.stats.n_drafted += d.len();
                     slot.stats.n_accepted += n_ok;
                     match slot.kind {
