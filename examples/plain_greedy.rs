@@ -3,6 +3,9 @@
 //! the same model, prompt and threads. Prints one JSON line per prompt.
 //!
 //! cargo run --release --example plain_greedy -- MODEL THREADS N_PREDICT PROMPT...
+//!
+//! With PLAIN_BATCH_COSTS=1 it prints instead what a batch of 1, 2, 4, 8, 16
+//! tokens costs after each prompt (to compare llama.cpp builds).
 
 use std::num::NonZeroU32;
 use std::time::Instant;
@@ -47,6 +50,32 @@ fn main() {
             batch.add(t, i as i32, &[0], i + 1 == tokens.len()).expect("batch");
         }
         ctx.decode(&mut batch).expect("decode prompt");
+        if std::env::var("PLAIN_BATCH_COSTS").is_ok() {
+            // What a verification batch of n tokens costs after this prompt
+            // (median of 7), as the engine measures at load.
+            let base = tokens.len() as i32;
+            let t = tokens[tokens.len() - 1];
+            let mut out = Vec::new();
+            for n in [1usize, 2, 4, 8, 16] {
+                let mut ms: Vec<f64> = (0..7)
+                    .map(|_| {
+                        batch.clear();
+                        for i in 0..n {
+                            batch.add(t, base + i as i32, &[0], true).expect("batch");
+                        }
+                        let start = Instant::now();
+                        ctx.decode(&mut batch).expect("decode");
+                        let ms = start.elapsed().as_secs_f64() * 1000.0;
+                        ctx.clear_kv_cache_seq(Some(0), Some(base as u32), None).expect("kv");
+                        ms
+                    })
+                    .collect();
+                ms.sort_by(f64::total_cmp);
+                out.push(format!("\"t{n}\":{:.2}", ms[3]));
+            }
+            println!("{{{}}}", out.join(","));
+            continue;
+        }
         let mut sampler = LlamaSampler::greedy();
         let mut pos = tokens.len() as i32;
         let start = Instant::now();
