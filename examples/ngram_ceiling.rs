@@ -37,43 +37,8 @@
 
 use std::io::Read;
 
-use llama_engine::core::controller::{BatchCost, DraftController};
-use llama_engine::core::ngram::{draft_tokens, draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS};
+use llama_engine::core::replay::{oracle, policy, Prices};
 use serde_json::{json, Value};
-
-/// Cost of a batch of n tokens from the measured sizes.
-struct Costs {
-    /// (size, ms), ascending by size.
-    known: Vec<(usize, f64)>,
-}
-
-impl Costs {
-    fn new(batch_ms: &[Option<f64>]) -> Result<Costs, String> {
-        let known: Vec<(usize, f64)> = batch_ms
-            .iter()
-            .enumerate()
-            .filter_map(|(n, m)| m.filter(|v| n > 0 && v.is_finite() && *v > 0.0).map(|v| (n, v)))
-            .collect();
-        if known.len() < 2 || known[0].0 != 1 {
-            return Err("batch_ms: needs t(1) and at least one more measured size".into());
-        }
-        Ok(Costs { known })
-    }
-
-    fn t(&self, n: usize) -> f64 {
-        if let Some(&(_, v)) = self.known.iter().find(|(i, _)| *i == n) {
-            return v;
-        }
-        let below = self.known.iter().rev().find(|(i, _)| *i < n);
-        let above = self.known.iter().find(|(i, _)| *i > n);
-        let ((i0, v0), (i1, v1)) = match (below, above) {
-            (Some(&b), Some(&a)) => (b, a),
-            // beyond the largest measured size: extend the last segment
-            _ => (self.known[self.known.len() - 2], self.known[self.known.len() - 1]),
-        };
-        v0 + (v1 - v0) * (n as f64 - i0 as f64) / (i1 as f64 - i0 as f64)
-    }
-}
 
 fn ids(v: &Value, field: &str) -> Result<Vec<i32>, String> {
     v.get(field)
@@ -95,93 +60,19 @@ fn run(input: &Value) -> Result<Value, String> {
         .map(Value::as_f64)
         .collect();
     let n_max = input.get("n_max").and_then(Value::as_u64).unwrap_or(16) as usize;
-    let costs = Costs::new(&batch_ms)?;
-    let t1 = costs.t(1);
-    if output.len() < 2 {
-        return Ok(json!({ "ceiling": 1.0, "steps": 0, "drafted": 0, "tokens": 0 }));
-    }
-
-    let params = NgramParams::default();
-    let empty_dynamic = NgramCache::new();
-    let empty_static = NgramCache::new();
-    let mut ctx_cache = NgramCache::new();
-    let mut history: Vec<i32> = prompt.clone();
-    history.push(output[0]);
-    ctx_cache.update(&history, params.ngram_min, params.ngram_max, history.len());
-
-    let n = output.len() - 1; // tokens produced by target passes
-    let mut i = 1; // next output token to produce
-    let (mut total, mut steps, mut drafted, mut matched) = (0.0f64, 0usize, 0usize, 0usize);
-    while i < output.len() {
-        let left = output.len() - i;
-        let draft = draft_tokens(&history, n_max, &params, &ctx_cache, &empty_dynamic, &empty_static);
-        let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count().min(left - 1);
-        matched += a;
-        let take = if a > 0 && costs.t(a + 1) < (a + 1) as f64 * t1 { a } else { 0 };
-        total += if take > 0 { costs.t(take + 1) } else { t1 };
-        drafted += take;
-        steps += 1;
-        history.extend_from_slice(&output[i..i + take + 1]);
-        ctx_cache.update(&history, params.ngram_min, params.ngram_max, take + 1);
-        i += take + 1;
-    }
-    let policy = simulate_policy(&prompt, &output, &batch_ms, &costs, n_max);
+    let prices = Prices::new(&batch_ms)?;
+    let o = oracle(&prompt, &output, &prices, n_max);
     Ok(json!({
-        "ceiling": n as f64 * t1 / total,
-        "policy": policy,
-        "steps": steps,
-        "drafted": drafted,
-        "tokens": n,
-        "matched": matched,
-        "oracle_ms": total,
-        "plain_ms": n as f64 * t1,
-        "t": (1..=n_max + 1).map(|k| costs.t(k)).collect::<Vec<f64>>(),
+        "ceiling": o.ceiling,
+        "policy": policy(&prompt, &output, &prices, n_max),
+        "steps": o.steps,
+        "drafted": o.drafted,
+        "tokens": o.tokens,
+        "matched": o.matched,
+        "oracle_ms": o.total_ms,
+        "plain_ms": o.tokens as f64 * prices.t(1),
+        "t": (1..=n_max + 1).map(|k| prices.t(k)).collect::<Vec<f64>>(),
     }))
-}
-
-/// The engine's own policy replayed on the same output, priced the same
-/// way: the lookup drafts up to n_max, the adaptive controller (as in
-/// `src/engine/session.rs` for the n-gram drafter) decides how much of it to
-/// verify, and the target accepts the prefix that matches the output. What
-/// this gives against the ceiling is the policy's loss, free of this
-/// machine's timing noise.
-fn simulate_policy(prompt: &[i32], output: &[i32], batch_ms: &[Option<f64>], costs: &Costs, n_max: usize) -> f64 {
-    let mut bc = BatchCost::new(n_max + 1);
-    for (k, m) in batch_ms.iter().enumerate() {
-        if let Some(v) = m.filter(|v| k > 0 && v.is_finite() && *v > 0.0) {
-            bc.observe(k, v);
-        }
-    }
-    let mut ctl = DraftController::new(n_max, true, 0.6).with_loss_check(false).with_classes(&CLASS_PRIORS);
-    ctl.observe_draft_cost(1, 0.01);
-    let params = NgramParams::default();
-    let (empty_dynamic, empty_static) = (NgramCache::new(), NgramCache::new());
-    let mut ctx_cache = NgramCache::new();
-    let mut history: Vec<i32> = prompt.to_vec();
-    history.push(output[0]);
-    ctx_cache.update(&history, params.ngram_min, params.ngram_max, history.len());
-    let n = output.len() - 1;
-    let mut i = 1;
-    let mut total = 0.0f64;
-    while i < output.len() {
-        let left = output.len() - i;
-        let (mut draft, classes) = draft_tokens_classified(&history, n_max.min(left - 1), &params, &ctx_cache, &empty_dynamic, &empty_static);
-        let k = if draft.is_empty() { 0 } else { ctl.next_length_classified(&bc, &classes) };
-        draft.truncate(k);
-        let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count();
-        if k > 0 {
-            ctl.observe_acceptance(k, a);
-            ctl.observe_classes(&classes[..k], a);
-            if a == k {
-                ctl.reset_backoff();
-            }
-        }
-        total += costs.t(k + 1);
-        history.extend_from_slice(&output[i..i + a + 1]);
-        ctx_cache.update(&history, params.ngram_min, params.ngram_max, a + 1);
-        i += a + 1;
-    }
-    n as f64 * costs.t(1) / total
 }
 
 fn main() {

@@ -11,6 +11,7 @@ mod fuzz;
 pub mod ngram;
 pub mod options;
 pub mod prompt;
+pub mod replay;
 pub mod request;
 pub mod rng;
 pub mod text;

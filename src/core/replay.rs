@@ -1,0 +1,230 @@
+//! Offline replay of prompt-lookup drafting on a known greedy output, priced
+//! with measured target batch costs: the **ceiling** (an oracle that drafts
+//! exactly the tokens the target will accept, when that pays) and the
+//! engine's own **policy** (the lookup plus the adaptive controller, as
+//! `engine::session` runs them). Both are free of timing noise, so the
+//! policy's loss to the oracle can be measured, and tested, exactly.
+//! Used by `examples/ngram_ceiling.rs` for `npm run bench`.
+
+use crate::core::controller::{BatchCost, DraftController};
+use crate::core::ngram::{draft_tokens, draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS};
+
+/// Acceptance the engine assumes for n-gram drafts before it has measured
+/// any (`DrafterKind::Ngram` in the session).
+pub const NGRAM_PRIOR: f64 = 0.6;
+
+/// Cost of a target batch of n tokens from the measured sizes: linear
+/// between them, the last segment extended beyond the largest.
+#[derive(Debug, Clone)]
+pub struct Prices {
+    /// (size, ms), ascending by size.
+    known: Vec<(usize, f64)>,
+}
+
+impl Prices {
+    /// `batch_ms[n]` = measured cost of n tokens; needs t(1) and one more.
+    pub fn new(batch_ms: &[Option<f64>]) -> Result<Prices, String> {
+        let known: Vec<(usize, f64)> = batch_ms
+            .iter()
+            .enumerate()
+            .filter_map(|(n, m)| m.filter(|v| n > 0 && v.is_finite() && *v > 0.0).map(|v| (n, v)))
+            .collect();
+        if known.len() < 2 || known[0].0 != 1 {
+            return Err("batch_ms: needs t(1) and at least one more measured size".into());
+        }
+        Ok(Prices { known })
+    }
+
+    pub fn t(&self, n: usize) -> f64 {
+        if let Some(&(_, v)) = self.known.iter().find(|(i, _)| *i == n) {
+            return v;
+        }
+        let below = self.known.iter().rev().find(|(i, _)| *i < n);
+        let above = self.known.iter().find(|(i, _)| *i > n);
+        let ((i0, v0), (i1, v1)) = match (below, above) {
+            (Some(&b), Some(&a)) => (b, a),
+            // beyond the largest measured size: extend the last segment
+            _ => (self.known[self.known.len() - 2], self.known[self.known.len() - 1]),
+        };
+        v0 + (v1 - v0) * (n as f64 - i0 as f64) / (i1 as f64 - i0 as f64)
+    }
+
+    /// The same measurements as the controller's cost table.
+    fn batch_cost(&self, max: usize) -> BatchCost {
+        let mut bc = BatchCost::new(max);
+        for &(n, ms) in &self.known {
+            bc.observe(n, ms);
+        }
+        bc
+    }
+}
+
+/// What the oracle did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Oracle {
+    /// Speed-up against plain decoding: N·t(1) / total.
+    pub ceiling: f64,
+    /// Target passes, tokens drafted (= accepted), tokens the lookup had
+    /// right (drafted or not), total cost (ms), N = tokens from target passes.
+    pub steps: usize,
+    pub drafted: usize,
+    pub matched: usize,
+    pub total_ms: f64,
+    pub tokens: usize,
+}
+
+/// The ceiling. The history starts as prompt + first output token (which
+/// the prompt pass yields), with a context n-gram cache over it (default
+/// parameters, empty dynamic and static caches: a fresh engine). At each
+/// position the lookup drafts up to `n_max` tokens; `a` is the length of the
+/// draft's prefix equal to the actual next output tokens (at most the tokens
+/// left minus one, the bonus token). Verifying those `a` yields a+1 tokens
+/// for t(a+1), against (a+1)·t(1) plainly: the oracle drafts exactly them
+/// when t(a+1) < (a+1)·t(1), otherwise decodes one token plainly.
+pub fn oracle(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> Oracle {
+    let t1 = prices.t(1);
+    if output.len() < 2 {
+        return Oracle { ceiling: 1.0, steps: 0, drafted: 0, matched: 0, total_ms: 0.0, tokens: 0 };
+    }
+    let params = NgramParams::default();
+    let (empty_dynamic, empty_static) = (NgramCache::new(), NgramCache::new());
+    let mut ctx_cache = NgramCache::new();
+    let mut history: Vec<i32> = prompt.to_vec();
+    history.push(output[0]);
+    ctx_cache.update(&history, params.ngram_min, params.ngram_max, history.len());
+    let n = output.len() - 1; // tokens produced by target passes
+    let mut i = 1; // next output token to produce
+    let (mut total, mut steps, mut drafted, mut matched) = (0.0f64, 0usize, 0usize, 0usize);
+    while i < output.len() {
+        let left = output.len() - i;
+        let draft = draft_tokens(&history, n_max, &params, &ctx_cache, &empty_dynamic, &empty_static);
+        let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count().min(left - 1);
+        matched += a;
+        let take = if a > 0 && prices.t(a + 1) < (a + 1) as f64 * t1 { a } else { 0 };
+        total += if take > 0 { prices.t(take + 1) } else { t1 };
+        drafted += take;
+        steps += 1;
+        history.extend_from_slice(&output[i..i + take + 1]);
+        ctx_cache.update(&history, params.ngram_min, params.ngram_max, take + 1);
+        i += take + 1;
+    }
+    Oracle { ceiling: n as f64 * t1 / total, steps, drafted, matched, total_ms: total, tokens: n }
+}
+
+/// The engine's n-gram policy replayed on the same output and priced the
+/// same way: the lookup drafts up to `n_max` (never past the last output
+/// token), the adaptive controller decides from each token's class how much
+/// of it to verify, the target accepts the prefix that matches the output
+/// and adds one token. Returns the speed-up against plain decoding.
+pub fn policy(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> f64 {
+    if output.len() < 2 {
+        return 1.0;
+    }
+    let bc = prices.batch_cost(n_max + 1);
+    let mut ctl = DraftController::new(n_max, true, NGRAM_PRIOR).with_loss_check(false).with_classes(&CLASS_PRIORS);
+    ctl.observe_draft_cost(1, 0.01);
+    let params = NgramParams::default();
+    let (empty_dynamic, empty_static) = (NgramCache::new(), NgramCache::new());
+    let mut ctx_cache = NgramCache::new();
+    let mut history: Vec<i32> = prompt.to_vec();
+    history.push(output[0]);
+    ctx_cache.update(&history, params.ngram_min, params.ngram_max, history.len());
+    let n = output.len() - 1;
+    let mut i = 1;
+    let mut total = 0.0f64;
+    while i < output.len() {
+        let left = output.len() - i;
+        let (mut draft, classes) = draft_tokens_classified(&history, n_max.min(left - 1), &params, &ctx_cache, &empty_dynamic, &empty_static);
+        let k = if draft.is_empty() { 0 } else { ctl.next_length_classified(&bc, &classes) };
+        draft.truncate(k);
+        let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count();
+        if k > 0 {
+            ctl.observe_acceptance(k, a);
+            ctl.observe_classes(&classes[..k], a);
+            if a == k {
+                ctl.reset_backoff();
+            }
+        }
+        total += prices.t(k + 1);
+        history.extend_from_slice(&output[i..i + a + 1]);
+        ctx_cache.update(&history, params.ngram_min, params.ngram_max, a + 1);
+        i += a + 1;
+    }
+    n as f64 * prices.t(1) / total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::rng::Rng;
+
+    /// Batch costs measured on the 2-core reference machine by `npm run bench`.
+    fn prices() -> Prices {
+        let mut ms = vec![None; 17];
+        for (n, v) in [(1, 18.9), (2, 30.3), (4, 51.7), (8, 90.4), (16, 146.0)] {
+            ms[n] = Some(v);
+        }
+        Prices::new(&ms).unwrap()
+    }
+
+    fn words(rng: &mut Rng, n: usize) -> Vec<i32> {
+        (0..n).map(|_| 1000 + (rng.next_u64() % 5000) as i32).collect()
+    }
+
+    #[test]
+    fn prices_interpolate_between_measured_sizes() {
+        let p = prices();
+        assert_eq!(p.t(2), 30.3);
+        assert!((p.t(3) - 41.0).abs() < 0.01);
+        assert!(p.t(32) > 146.0);
+        assert!(Prices::new(&[None, Some(10.0)]).is_err());
+    }
+
+    #[test]
+    fn copying_a_passage_with_a_few_edits_gets_most_of_the_ceiling() {
+        // The answer repeats the prompt's passage with an inserted word every
+        // 40 tokens: long runs to copy, each broken once.
+        let mut rng = Rng::new(7);
+        let passage = words(&mut rng, 240);
+        let mut prompt = vec![1, 2, 3];
+        prompt.extend_from_slice(&passage);
+        prompt.extend_from_slice(&[4, 5]);
+        let mut output = Vec::new();
+        for chunk in passage.chunks(40) {
+            output.extend_from_slice(chunk);
+            output.push(7);
+        }
+        let o = oracle(&prompt, &output, &prices(), 16);
+        let p = policy(&prompt, &output, &prices(), 16);
+        assert!(o.ceiling > 1.5, "ceiling {}", o.ceiling);
+        // Measured: ceiling 1.88x, policy 1.61x (86 %).
+        assert!(p > 1.4, "policy {p}");
+        assert!(p >= 0.8 * o.ceiling, "policy {p} vs ceiling {}", o.ceiling);
+    }
+
+    #[test]
+    fn free_text_loses_almost_nothing() {
+        // An answer that shares nothing with the prompt beyond chance.
+        let mut rng = Rng::new(11);
+        let prompt = words(&mut rng, 100);
+        let output = words(&mut rng, 300);
+        let o = oracle(&prompt, &output, &prices(), 16);
+        let p = policy(&prompt, &output, &prices(), 16);
+        assert!(o.ceiling < 1.05, "ceiling {}", o.ceiling);
+        assert!(p >= 0.97, "policy {p}");
+    }
+
+    #[test]
+    fn text_that_repeats_itself_is_drafted_from_its_own_output() {
+        // Nothing to copy from the prompt, but the answer repeats a line.
+        let mut rng = Rng::new(3);
+        let prompt = words(&mut rng, 20);
+        let line = words(&mut rng, 30);
+        let output: Vec<i32> = line.iter().cycle().take(300).copied().collect();
+        let o = oracle(&prompt, &output, &prices(), 16);
+        let p = policy(&prompt, &output, &prices(), 16);
+        // Measured: ceiling 1.87x, policy 1.84x.
+        assert!(o.ceiling > 1.5, "ceiling {}", o.ceiling);
+        assert!(p >= 0.9 * o.ceiling, "policy {p} vs ceiling {}", o.ceiling);
+    }
+}
