@@ -12,8 +12,10 @@
 const DECAY: f64 = 0.97;
 /// Weight (pseudo-observations) of the prior of each position's estimate.
 const PRIOR_WEIGHT: f64 = 2.0;
-/// Weight of the pooled acceptance in a token class's estimate.
+/// Weight (pseudo-observations) of a token class's prior in its estimate.
 const CLASS_WEIGHT: f64 = 4.0;
+/// Fading of the class records per decision.
+const CLASS_FORGET: f64 = 0.99;
 const PROBE_MIN: usize = 4;
 const PROBE_MAX: usize = 128;
 /// Steps a one-time setup cost (a draft model's catch-up) is amortised over.
@@ -359,8 +361,17 @@ impl DraftController {
         if self.adaptive && self.ceiling(costs, None) < 1.0 {
             return 0;
         }
+        let classified = classes.is_some() && !self.class_reached.is_empty();
+        if classified {
+            // Class records fade back towards their priors (about 100 steps
+            // to lose two thirds of their weight), so a class that failed in
+            // one stretch of text is tried again later without probes.
+            for x in self.class_reached.iter_mut().chain(self.class_accepted.iter_mut()) {
+                *x *= CLASS_FORGET;
+            }
+        }
         let (k, _) = match classes {
-            Some(c) if !self.class_reached.is_empty() => self.plan_classified(costs, c),
+            Some(c) if classified => self.plan_classified(costs, c),
             _ => self.plan_upto(costs, None, available),
         };
         let mut k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
@@ -373,6 +384,10 @@ impl DraftController {
         }
         // Not worth it now. Probe with a short draft once in a while, so a
         // change in the text (a quoted passage, repetition) is noticed.
+        // Classified drafts need no probes: their records fade instead.
+        if classified {
+            return 0;
+        }
         self.idle += 1;
         let t1 = costs.estimate(1).unwrap_or(f64::INFINITY);
         if self.idle >= self.probe_every && available > 0 && setup_ms <= 2.0 * t1 {
