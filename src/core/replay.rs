@@ -7,10 +7,10 @@
 //! Used by `examples/ngram_ceiling.rs` for `npm run bench`.
 
 use crate::core::controller::{BatchCost, DraftController};
-use crate::core::ngram::{draft_tokens, draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS};
+use crate::core::ngram::{draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS};
 
 /// Acceptance the engine assumes for n-gram drafts before it has measured
-/// any (`DrafterKind::Ngram` in the session).
+/// any (the session's n-gram drafter uses it too).
 pub const NGRAM_PRIOR: f64 = 0.6;
 
 /// Cost of a target batch of n tokens from the measured sizes: linear
@@ -59,6 +59,37 @@ impl Prices {
     }
 }
 
+/// The lookup's state along a replay: the history so far and a context
+/// cache over it (default parameters, empty dynamic and static caches: a
+/// fresh engine), starting from prompt + the first output token.
+struct Lookup {
+    params: NgramParams,
+    empty: NgramCache,
+    context: NgramCache,
+    history: Vec<i32>,
+}
+
+impl Lookup {
+    fn new(prompt: &[i32], first: i32) -> Lookup {
+        let params = NgramParams::default();
+        let mut history = prompt.to_vec();
+        history.push(first);
+        let mut context = NgramCache::new();
+        context.update(&history, params.ngram_min, params.ngram_max, history.len());
+        Lookup { params, empty: NgramCache::new(), context, history }
+    }
+
+    fn draft(&self, n: usize) -> (Vec<i32>, Vec<u8>) {
+        draft_tokens_classified(&self.history, n, &self.params, &self.context, &self.empty, &self.empty)
+    }
+
+    /// The step produced `tokens`.
+    fn advance(&mut self, tokens: &[i32]) {
+        self.history.extend_from_slice(tokens);
+        self.context.update(&self.history, self.params.ngram_min, self.params.ngram_max, tokens.len());
+    }
+}
+
 /// What the oracle did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Oracle {
@@ -86,26 +117,20 @@ pub fn oracle(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> 
     if output.len() < 2 {
         return Oracle { ceiling: 1.0, steps: 0, drafted: 0, matched: 0, total_ms: 0.0, tokens: 0 };
     }
-    let params = NgramParams::default();
-    let (empty_dynamic, empty_static) = (NgramCache::new(), NgramCache::new());
-    let mut ctx_cache = NgramCache::new();
-    let mut history: Vec<i32> = prompt.to_vec();
-    history.push(output[0]);
-    ctx_cache.update(&history, params.ngram_min, params.ngram_max, history.len());
+    let mut lookup = Lookup::new(prompt, output[0]);
     let n = output.len() - 1; // tokens produced by target passes
     let mut i = 1; // next output token to produce
     let (mut total, mut steps, mut drafted, mut matched) = (0.0f64, 0usize, 0usize, 0usize);
     while i < output.len() {
         let left = output.len() - i;
-        let draft = draft_tokens(&history, n_max, &params, &ctx_cache, &empty_dynamic, &empty_static);
+        let (draft, _) = lookup.draft(n_max);
         let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count().min(left - 1);
         matched += a;
         let take = if a > 0 && prices.t(a + 1) < (a + 1) as f64 * t1 { a } else { 0 };
         total += if take > 0 { prices.t(take + 1) } else { t1 };
         drafted += take;
         steps += 1;
-        history.extend_from_slice(&output[i..i + take + 1]);
-        ctx_cache.update(&history, params.ngram_min, params.ngram_max, take + 1);
+        lookup.advance(&output[i..i + take + 1]);
         i += take + 1;
     }
     Oracle { ceiling: n as f64 * t1 / total, steps, drafted, matched, total_ms: total, tokens: n }
@@ -123,18 +148,13 @@ pub fn policy(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> 
     let bc = prices.batch_cost(n_max + 1);
     let mut ctl = DraftController::new(n_max, true, NGRAM_PRIOR).with_loss_check(false).with_classes(&CLASS_PRIORS);
     ctl.observe_draft_cost(1, 0.01);
-    let params = NgramParams::default();
-    let (empty_dynamic, empty_static) = (NgramCache::new(), NgramCache::new());
-    let mut ctx_cache = NgramCache::new();
-    let mut history: Vec<i32> = prompt.to_vec();
-    history.push(output[0]);
-    ctx_cache.update(&history, params.ngram_min, params.ngram_max, history.len());
+    let mut lookup = Lookup::new(prompt, output[0]);
     let n = output.len() - 1;
     let mut i = 1;
     let mut total = 0.0f64;
     while i < output.len() {
         let left = output.len() - i;
-        let (mut draft, classes) = draft_tokens_classified(&history, n_max.min(left - 1), &params, &ctx_cache, &empty_dynamic, &empty_static);
+        let (mut draft, classes) = lookup.draft(n_max.min(left - 1));
         let k = if draft.is_empty() { 0 } else { ctl.next_length_classified(&bc, &classes) };
         draft.truncate(k);
         let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count();
@@ -146,8 +166,7 @@ pub fn policy(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> 
             }
         }
         total += prices.t(k + 1);
-        history.extend_from_slice(&output[i..i + a + 1]);
-        ctx_cache.update(&history, params.ngram_min, params.ngram_max, a + 1);
+        lookup.advance(&output[i..i + a + 1]);
         i += a + 1;
     }
     n as f64 * prices.t(1) / total

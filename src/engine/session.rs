@@ -846,7 +846,7 @@ impl DrafterKind {
     /// Acceptance assumed before any is measured.
     fn prior_acceptance(self) -> f64 {
         match self {
-            DrafterKind::Ngram => 0.6,
+            DrafterKind::Ngram => crate::core::replay::NGRAM_PRIOR,
             DrafterKind::Model => 0.7,
         }
     }
