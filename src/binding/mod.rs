@@ -4,8 +4,8 @@
 
 mod sink;
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -214,4 +214,3 @@ impl Task for QuantizeTask {
 pub fn quantize_model(input: String, output: String, ftype: String) -> AsyncTask<QuantizeTask> {
     AsyncTask::new(QuantizeTask { input, output, ftype })
 }
-

@@ -101,12 +101,8 @@ fn hostile_string() -> impl Strategy<Value = String> {
 
 /// Any JSON value, nested up to a few levels.
 fn any_json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        hostile_number(),
-        hostile_string().prop_map(Value::String),
-    ];
+    let leaf =
+        prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::Bool), hostile_number(), hostile_string().prop_map(Value::String),];
     leaf.prop_recursive(4, 48, 8, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
@@ -130,31 +126,23 @@ fn plausible(field: &'static str) -> BoxedStrategy<Value> {
     match field {
         "prompt" => prop_oneof![
             hostile_string().prop_map(Value::String),
-            prop::collection::vec(
-                prop_oneof![hostile_number(), hostile_string().prop_map(Value::String), any_json()],
-                0..20
-            )
-            .prop_map(Value::Array),
+            prop::collection::vec(prop_oneof![hostile_number(), hostile_string().prop_map(Value::String), any_json()], 0..20)
+                .prop_map(Value::Array),
         ]
         .boxed(),
         "stop" => prop::collection::vec(hostile_string().prop_map(Value::String), 0..80).prop_map(Value::Array).boxed(),
         "logit_bias" => prop_oneof![
             prop::collection::vec(
-                (hostile_number(), prop_oneof![hostile_number(), any::<bool>().prop_map(Value::Bool)])
-                    .prop_map(|(t, b)| json!([t, b])),
+                (hostile_number(), prop_oneof![hostile_number(), any::<bool>().prop_map(Value::Bool)]).prop_map(|(t, b)| json!([t, b])),
                 0..10
             )
             .prop_map(Value::Array),
-            prop::collection::vec(("-?[0-9]{1,12}", hostile_number()), 0..10)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            prop::collection::vec(("-?[0-9]{1,12}", hostile_number()), 0..10).prop_map(|kv| Value::Object(kv.into_iter().collect())),
         ]
         .boxed(),
-        "speculative" => prop::collection::vec(
-            (prop::sample::select(SPEC_FIELDS), prop_oneof![hostile_number(), any_json()]),
-            0..7,
-        )
-        .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
-        .boxed(),
+        "speculative" => prop::collection::vec((prop::sample::select(SPEC_FIELDS), prop_oneof![hostile_number(), any_json()]), 0..7)
+            .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+            .boxed(),
         "grammar" | "json_schema" => prop_oneof![hostile_string().prop_map(Value::String), any_json()].boxed(),
         _ => prop_oneof![3 => hostile_number(), 1 => any_json()].boxed(),
     }
@@ -238,11 +226,7 @@ fn check(value: &Value) -> Result<(), TestCaseError> {
             // "speculative.n_max", …) so a client can tell what was wrong.
             let field = e.message.split(':').next().unwrap_or_default();
             let root = field.split(['.', '[']).next().unwrap_or_default();
-            prop_assert!(
-                root == "request" || FIELDS.contains(&root),
-                "error does not name a field: {}",
-                e.message
-            );
+            prop_assert!(root == "request" || FIELDS.contains(&root), "error does not name a field: {}", e.message);
         }
     }
     // The JSON text form of an object parses to the same verdict.

@@ -5,9 +5,9 @@ pub mod controller;
 pub mod drafter;
 pub mod error;
 pub mod events;
-pub mod gbnf;
 #[cfg(test)]
 mod fuzz;
+pub mod gbnf;
 pub mod ngram;
 pub mod options;
 pub mod prompt;

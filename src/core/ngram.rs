@@ -183,11 +183,7 @@ impl NgramCache {
 
     /// The tokens seen after `ngram` with their counts, sorted by token.
     pub fn followers(&self, ngram: &Ngram) -> Vec<(i32, i32)> {
-        let mut out: Vec<(i32, i32)> = self
-            .map
-            .get(ngram)
-            .map(|f| f.iter().map(|(&t, &c)| (t, c)).collect())
-            .unwrap_or_default();
+        let mut out: Vec<(i32, i32)> = self.map.get(ngram).map(|f| f.iter().map(|(&t, &c)| (t, c)).collect()).unwrap_or_default();
         out.sort_unstable();
         out
     }
@@ -282,8 +278,7 @@ impl NgramCache {
     /// order, which its reader (and ours) does not care about. One
     /// `write_all` per record: wrap slow writers in a `BufWriter`.
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let mut ngrams: Vec<(&Ngram, &Followers)> =
-            self.map.iter().filter(|(_, f)| !f.is_empty()).collect();
+        let mut ngrams: Vec<(&Ngram, &Followers)> = self.map.iter().filter(|(_, f)| !f.is_empty()).collect();
         ngrams.sort_unstable_by_key(|(ngram, _)| ngram.0);
 
         let mut followers: Vec<(i32, i32)> = Vec::new();
@@ -292,8 +287,7 @@ impl NgramCache {
             followers.clear();
             followers.extend(part.iter().map(|(&t, &c)| (t, c)));
             followers.sort_unstable();
-            let n = i32::try_from(followers.len())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "too many followers"))?;
+            let n = i32::try_from(followers.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "too many followers"))?;
 
             record.clear();
             for t in ngram.0 {
@@ -315,9 +309,7 @@ impl NgramCache {
     /// failure after that (disk full, ...) is `INTERNAL`.
     pub fn save(&self, path: &Path) -> Result<()> {
         let tmp = temp_path(path);
-        let file = File::create(&tmp).map_err(|e| {
-            EngineError::invalid(FIELD, format!("cannot write {}: {e}", path.display()))
-        })?;
+        let file = File::create(&tmp).map_err(|e| EngineError::invalid(FIELD, format!("cannot write {}: {e}", path.display())))?;
         let written = (|| -> io::Result<()> {
             let mut w = BufWriter::with_capacity(1 << 16, file);
             self.write_to(&mut w)?;
@@ -388,15 +380,10 @@ impl NgramCache {
                 let token = le_i32(&pair[..4]);
                 let count = le_i32(&pair[4..]);
                 if token < 0 {
-                    return Err(corrupt(format!(
-                        "negative follower token {token} at byte {at} (record at byte {start})"
-                    )));
+                    return Err(corrupt(format!("negative follower token {token} at byte {at} (record at byte {start})")));
                 }
                 if count <= 0 {
-                    return Err(corrupt(format!(
-                        "non-positive count {count} at byte {} (record at byte {start})",
-                        at + 4
-                    )));
+                    return Err(corrupt(format!("non-positive count {count} at byte {} (record at byte {start})", at + 4)));
                 }
                 cache.add(ngram, token, count);
             }
@@ -407,14 +394,10 @@ impl NgramCache {
     /// Reads the file at `path` (see [`read_from`](Self::read_from)); every
     /// error, a missing file included, is `INVALID_REQUEST` naming the path.
     pub fn load(path: &Path) -> Result<NgramCache> {
-        let file = File::open(path).map_err(|e| {
-            EngineError::invalid(FIELD, format!("cannot open {}: {e}", path.display()))
-        })?;
+        let file = File::open(path).map_err(|e| EngineError::invalid(FIELD, format!("cannot open {}: {e}", path.display())))?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
-        NgramCache::read_from(&mut reader).map_err(|e| EngineError {
-            code: e.code,
-            message: format!("{} (in {})", e.message, path.display()),
-        })
+        NgramCache::read_from(&mut reader)
+            .map_err(|e| EngineError { code: e.code, message: format!("{} (in {})", e.message, path.display()) })
     }
 }
 
@@ -452,10 +435,7 @@ impl<R: Read> CountingReader<'_, R> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    return Err(EngineError::new(
-                        ErrorCode::InvalidRequest,
-                        format!("{FIELD}: read failed at byte {}: {e}", self.offset),
-                    ))
+                    return Err(EngineError::new(ErrorCode::InvalidRequest, format!("{FIELD}: read failed at byte {}: {e}", self.offset)))
                 }
             }
         }
@@ -501,16 +481,10 @@ impl NgramParams {
     /// `ngram_min` in 1..=ngram_max, `ngram_max` in 1..=4, percents <= 100.
     pub fn validate(&self) -> Result<()> {
         if !(NGRAM_MIN..=NGRAM_MAX).contains(&self.ngram_max) {
-            return Err(EngineError::invalid(
-                "ngram_max",
-                format!("must be in {NGRAM_MIN}..={NGRAM_MAX}, got {}", self.ngram_max),
-            ));
+            return Err(EngineError::invalid("ngram_max", format!("must be in {NGRAM_MIN}..={NGRAM_MAX}, got {}", self.ngram_max)));
         }
         if !(NGRAM_MIN..=self.ngram_max).contains(&self.ngram_min) {
-            return Err(EngineError::invalid(
-                "ngram_min",
-                format!("must be in {NGRAM_MIN}..={}, got {}", self.ngram_max, self.ngram_min),
-            ));
+            return Err(EngineError::invalid("ngram_min", format!("must be in {NGRAM_MIN}..={}, got {}", self.ngram_max, self.ngram_min)));
         }
         let percents = self.draft_min_percent_lax.iter().chain(&self.draft_min_percent_strict);
         if let Some(p) = percents.into_iter().find(|&&p| p > 100) {
@@ -523,10 +497,7 @@ impl NgramParams {
 /// The best follower by count weighted with the static cache, and the total
 /// count; ties go to the smaller token id (llama.cpp's go to whichever its
 /// hash map yields first).
-fn best_follower(
-    followers: &Followers,
-    static_part: Option<&Followers>,
-) -> Option<(i32, u64, u64)> {
+fn best_follower(followers: &Followers, static_part: Option<&Followers>) -> Option<(i32, u64, u64)> {
     let mut best: Option<(i32, u64, u64)> = None; // (token, count, weighted)
     let mut sum = 0u64;
     for (&token, &count) in followers {
@@ -587,8 +558,7 @@ pub const CLASS_PRIORS: [f64; DRAFT_CLASSES] = [0.35, 0.5, 0.65, 0.9, 0.3, 0.35,
 fn try_static(static_part: &Followers, params: &NgramParams) -> Option<i32> {
     let (token, count, sum) = best_follower(static_part, None)?;
     let i = NGRAM_STATIC - 1;
-    passes(count, sum, params.draft_min_sample_size_lax[i], params.draft_min_percent_lax[i])
-        .then_some(token)
+    passes(count, sum, params.draft_min_sample_size_lax[i], params.draft_min_percent_lax[i]).then_some(token)
 }
 
 /// llama.cpp's common_ngram_cache_draft: extend `draft` (starting with the
@@ -654,25 +624,13 @@ pub fn draft_tokens_classified(
         }
         let ngrams = &ngrams[..n_ngrams];
 
-        let token = try_primary(
-            ctx,
-            ngrams,
-            static_part,
-            &params.draft_min_sample_size_lax,
-            &params.draft_min_percent_lax,
-        )
-        .map(|(t, size)| (t, size as u8 - 1))
-        .or_else(|| {
-            try_primary(
-                dynamic,
-                ngrams,
-                static_part,
-                &params.draft_min_sample_size_strict,
-                &params.draft_min_percent_strict,
-            )
-            .map(|(t, size)| (t, NGRAM_MAX as u8 + size as u8 - 1))
-        })
-        .or_else(|| static_part.and_then(|part| try_static(part, params)).map(|t| (t, 2 * NGRAM_MAX as u8)));
+        let token = try_primary(ctx, ngrams, static_part, &params.draft_min_sample_size_lax, &params.draft_min_percent_lax)
+            .map(|(t, size)| (t, size as u8 - 1))
+            .or_else(|| {
+                try_primary(dynamic, ngrams, static_part, &params.draft_min_sample_size_strict, &params.draft_min_percent_strict)
+                    .map(|(t, size)| (t, NGRAM_MAX as u8 + size as u8 - 1))
+            })
+            .or_else(|| static_part.and_then(|part| try_static(part, params)).map(|t| (t, 2 * NGRAM_MAX as u8)));
 
         match token {
             Some((token, class)) => {
@@ -703,11 +661,7 @@ pub struct NgramDrafter {
 }
 
 impl NgramDrafter {
-    pub fn new(
-        params: NgramParams,
-        dynamic: Arc<Mutex<NgramCache>>,
-        stat: Option<Arc<NgramCache>>,
-    ) -> Self {
+    pub fn new(params: NgramParams, dynamic: Arc<Mutex<NgramCache>>, stat: Option<Arc<NgramCache>>) -> Self {
         NgramDrafter {
             params,
             context: NgramCache::new(),
@@ -757,8 +711,7 @@ impl NgramDrafter {
     /// Counts the tokens of `history` the context cache has not seen; starts
     /// over when `history` is not an extension of what it saw.
     fn catch_up(&mut self, history: &[i32]) {
-        let extends = history.len() >= self.n_seen
-            && history[self.n_seen - self.seen_tail.len()..self.n_seen] == self.seen_tail[..];
+        let extends = history.len() >= self.n_seen && history[self.n_seen - self.seen_tail.len()..self.n_seen] == self.seen_tail[..];
         if !extends {
             self.context.clear();
             self.n_seen = 0;

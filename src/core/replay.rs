@@ -24,11 +24,8 @@ pub struct Prices {
 impl Prices {
     /// `batch_ms[n]` = measured cost of n tokens; needs t(1) and one more.
     pub fn new(batch_ms: &[Option<f64>]) -> Result<Prices, String> {
-        let known: Vec<(usize, f64)> = batch_ms
-            .iter()
-            .enumerate()
-            .filter_map(|(n, m)| m.filter(|v| n > 0 && v.is_finite() && *v > 0.0).map(|v| (n, v)))
-            .collect();
+        let known: Vec<(usize, f64)> =
+            batch_ms.iter().enumerate().filter_map(|(n, m)| m.filter(|v| n > 0 && v.is_finite() && *v > 0.0).map(|v| (n, v))).collect();
         if known.len() < 2 || known[0].0 != 1 {
             return Err("batch_ms: needs t(1) and at least one more measured size".into());
         }

@@ -48,8 +48,7 @@ pub enum SpecMode {
 }
 
 impl SpecMode {
-    pub const ALL: [SpecMode; 5] =
-        [SpecMode::Auto, SpecMode::Off, SpecMode::Draft, SpecMode::Ngram, SpecMode::NgramDraft];
+    pub const ALL: [SpecMode; 5] = [SpecMode::Auto, SpecMode::Off, SpecMode::Draft, SpecMode::Ngram, SpecMode::NgramDraft];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
@@ -81,15 +80,7 @@ pub struct SpeculativeParams {
 
 impl Default for SpeculativeParams {
     fn default() -> Self {
-        SpeculativeParams {
-            mode: SpecMode::Auto,
-            n_max: 16,
-            n_min: 0,
-            p_min: 0.75,
-            adaptive: true,
-            n_parallel: 1,
-            p_split: 0.1,
-        }
+        SpeculativeParams { mode: SpecMode::Auto, n_max: 16, n_min: 0, p_min: 0.75, adaptive: true, n_parallel: 1, p_split: 0.1 }
     }
 }
 
@@ -181,13 +172,9 @@ impl CompletionRequest {
     pub fn generation_settings(&self, n_ctx: u32, model: &str) -> Value {
         let s = &self.sampling;
         let spec = &self.speculative;
-        let logit_bias: Vec<Value> = s
-            .logit_bias
-            .iter()
-            .map(|&(id, bias)| Value::from(vec![id.into(), bias.map_or(Value::Bool(false), f32_json)]))
-            .collect();
-        let json_schema =
-            self.json_schema.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or(Value::Null);
+        let logit_bias: Vec<Value> =
+            s.logit_bias.iter().map(|&(id, bias)| Value::from(vec![id.into(), bias.map_or(Value::Bool(false), f32_json)])).collect();
+        let json_schema = self.json_schema.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or(Value::Null);
         let speculative = object([
             ("mode", spec.mode.as_str().into()),
             ("n_max", spec.n_max.into()),
@@ -230,9 +217,8 @@ impl CompletionRequest {
 
 /// Parses and validates a request object.
 pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<CompletionRequest> {
-    let map = value
-        .as_object()
-        .ok_or_else(|| EngineError::invalid("request", format!("expected a JSON object, got {}", type_name(value))))?;
+    let map =
+        value.as_object().ok_or_else(|| EngineError::invalid("request", format!("expected a JSON object, got {}", type_name(value))))?;
     let f = Fields { map, prefix: "" };
     let d = CompletionRequest::default();
 
@@ -265,8 +251,7 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
 /// plain prompt with all defaults.
 pub fn parse_request_json(text: &str, limits: &RequestLimits) -> Result<CompletionRequest> {
     if text.trim_start().starts_with('{') {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| EngineError::invalid("request", format!("invalid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| EngineError::invalid("request", format!("invalid JSON: {e}")))?;
         return parse_request(&value, limits);
     }
     check_prompt_size(text.len())?;
@@ -302,9 +287,7 @@ fn parse_speculative(value: Option<&Value>) -> Result<SpeculativeParams> {
     let map = match value {
         None => return Ok(d),
         Some(Value::Object(map)) => map,
-        Some(other) => {
-            return Err(EngineError::invalid("speculative", format!("expected an object, got {}", type_name(other))))
-        }
+        Some(other) => return Err(EngineError::invalid("speculative", format!("expected an object, got {}", type_name(other)))),
     };
     let f = Fields { map, prefix: "speculative." };
     let mode = f.check("mode", |v| {
@@ -346,10 +329,7 @@ fn parse_prompt(value: Option<&Value>, n_vocab: i32) -> Result<Vec<PromptPart>> 
         }
     };
     if items.len() > MAX_PROMPT_ITEMS {
-        return Err(EngineError::invalid(
-            "prompt",
-            format!("at most {MAX_PROMPT_ITEMS} items are allowed, got {}", items.len()),
-        ));
+        return Err(EngineError::invalid("prompt", format!("at most {MAX_PROMPT_ITEMS} items are allowed, got {}", items.len())));
     }
     let mut text_bytes = 0;
     items
@@ -361,23 +341,19 @@ fn parse_prompt(value: Option<&Value>, n_vocab: i32) -> Result<Vec<PromptPart>> 
                 check_prompt_size(text_bytes)?;
                 Ok(PromptPart::Text(text.clone()))
             }
-            Value::Number(_) => token_id(item, n_vocab)
-                .map(PromptPart::Token)
-                .map_err(|why| EngineError::invalid(&format!("prompt[{i}]"), why)),
-            other => Err(EngineError::invalid(
-                &format!("prompt[{i}]"),
-                format!("expected a string or a token id, got {}", type_name(other)),
-            )),
+            Value::Number(_) => {
+                token_id(item, n_vocab).map(PromptPart::Token).map_err(|why| EngineError::invalid(&format!("prompt[{i}]"), why))
+            }
+            other => {
+                Err(EngineError::invalid(&format!("prompt[{i}]"), format!("expected a string or a token id, got {}", type_name(other))))
+            }
         })
         .collect()
 }
 
 fn check_prompt_size(bytes: usize) -> Result<()> {
     if bytes > MAX_PROMPT_BYTES {
-        return Err(EngineError::invalid(
-            "prompt",
-            format!("at most {MAX_PROMPT_BYTES} bytes of text are allowed, got {bytes} or more"),
-        ));
+        return Err(EngineError::invalid("prompt", format!("at most {MAX_PROMPT_BYTES} bytes of text are allowed, got {bytes} or more")));
     }
     Ok(())
 }
@@ -390,15 +366,10 @@ fn parse_stop(value: Option<&Value>) -> Result<Vec<String>> {
             return Ok(text.into_iter().collect());
         }
         Some(Value::Array(items)) => items,
-        Some(other) => {
-            return Err(EngineError::invalid("stop", format!("expected an array of strings, got {}", type_name(other))))
-        }
+        Some(other) => return Err(EngineError::invalid("stop", format!("expected an array of strings, got {}", type_name(other)))),
     };
     if items.len() > MAX_STOP_STRINGS {
-        return Err(EngineError::invalid(
-            "stop",
-            format!("at most {MAX_STOP_STRINGS} strings are allowed, got {}", items.len()),
-        ));
+        return Err(EngineError::invalid("stop", format!("at most {MAX_STOP_STRINGS} strings are allowed, got {}", items.len())));
     }
     let mut stop = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -422,8 +393,7 @@ fn stop_string(text: &str) -> Result<Option<String>, String> {
 
 fn parse_logit_bias(value: Option<&Value>, n_vocab: i32) -> Result<Vec<(i32, Option<f32>)>> {
     let max_entries = usize::try_from(n_vocab).unwrap_or(0);
-    let too_many =
-        |n: usize| EngineError::invalid("logit_bias", format!("at most {max_entries} entries are allowed, got {n}"));
+    let too_many = |n: usize| EngineError::invalid("logit_bias", format!("at most {max_entries} entries are allowed, got {n}"));
     match value {
         None => Ok(Vec::new()),
         Some(Value::Array(items)) => {
@@ -433,9 +403,7 @@ fn parse_logit_bias(value: Option<&Value>, n_vocab: i32) -> Result<Vec<(i32, Opt
             items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| {
-                    bias_pair(item, n_vocab).map_err(|why| EngineError::invalid(&format!("logit_bias[{i}]"), why))
-                })
+                .map(|(i, item)| bias_pair(item, n_vocab).map_err(|why| EngineError::invalid(&format!("logit_bias[{i}]"), why)))
                 .collect()
         }
         Some(Value::Object(map)) => {
@@ -447,23 +415,17 @@ fn parse_logit_bias(value: Option<&Value>, n_vocab: i32) -> Result<Vec<(i32, Opt
                     let token = key.parse::<i32>().ok().filter(|&t| (0..n_vocab).contains(&t)).ok_or_else(|| {
                         EngineError::invalid(
                             "logit_bias",
-                            format!(
-                                "key {:?} is not a token id between 0 and {}",
-                                truncate(key, 40),
-                                i64::from(n_vocab) - 1
-                            ),
+                            format!("key {:?} is not a token id between 0 and {}", truncate(key, 40), i64::from(n_vocab) - 1),
                         )
                     })?;
-                    let bias =
-                        bias_value(bias).map_err(|why| EngineError::invalid(&format!("logit_bias.{token}"), why))?;
+                    let bias = bias_value(bias).map_err(|why| EngineError::invalid(&format!("logit_bias.{token}"), why))?;
                     Ok((token, bias))
                 })
                 .collect()
         }
-        Some(other) => Err(EngineError::invalid(
-            "logit_bias",
-            format!("expected an array of [token, bias] pairs, got {}", type_name(other)),
-        )),
+        Some(other) => {
+            Err(EngineError::invalid("logit_bias", format!("expected an array of [token, bias] pairs, got {}", type_name(other))))
+        }
     }
 }
 
@@ -498,16 +460,11 @@ fn parse_json_schema(value: Option<&Value>) -> Result<Option<String>> {
     let schema = match value {
         None => return Ok(None),
         Some(Value::String(text)) if text.is_empty() => return Ok(None),
-        Some(Value::String(text)) => {
-            Cow::Owned(serde_json::from_str::<Value>(text).map_err(|e| invalid(format!("not valid JSON: {e}")))?)
-        }
+        Some(Value::String(text)) => Cow::Owned(serde_json::from_str::<Value>(text).map_err(|e| invalid(format!("not valid JSON: {e}")))?),
         Some(other) => Cow::Borrowed(other),
     };
     if !matches!(*schema, Value::Object(_) | Value::Bool(_)) {
-        return Err(invalid(format!(
-            "expected a JSON schema (an object, a boolean or a string holding one), got {}",
-            type_name(&schema)
-        )));
+        return Err(invalid(format!("expected a JSON schema (an object, a boolean or a string holding one), got {}", type_name(&schema))));
     }
     if nesting_exceeds(&schema, MAX_SCHEMA_DEPTH) {
         return Err(invalid(format!("nested more than {MAX_SCHEMA_DEPTH} levels deep")));
@@ -761,12 +718,7 @@ mod tests {
         }));
         assert_eq!(
             r.prompt,
-            vec![
-                PromptPart::Text("a".into()),
-                PromptPart::Token(1),
-                PromptPart::Text("b".into()),
-                PromptPart::Token(999)
-            ]
+            vec![PromptPart::Text("a".into()), PromptPart::Token(1), PromptPart::Text("b".into()), PromptPart::Token(999)]
         );
         assert_eq!((r.n_predict, r.n_keep, r.n_probs), (128, -1, 256));
         assert_eq!(r.stop, vec!["</s>".to_owned(), "\n\n".to_owned()]);
@@ -781,15 +733,7 @@ mod tests {
         assert_eq!(s.logit_bias, vec![(5, Some(-1.5)), (7, None), (0, Some(100.0))]);
         assert_eq!(
             r.speculative,
-            SpeculativeParams {
-                mode: SpecMode::NgramDraft,
-                n_max: 8,
-                n_min: 2,
-                p_min: 0.5,
-                adaptive: false,
-                n_parallel: 4,
-                p_split: 0.3
-            }
+            SpeculativeParams { mode: SpecMode::NgramDraft, n_max: 8, n_min: 2, p_min: 0.5, adaptive: false, n_parallel: 4, p_split: 0.3 }
         );
     }
 
@@ -1020,10 +964,7 @@ mod tests {
     #[test]
     fn json_text_forms() {
         let r = parse_request_json("Tell me a story", &LIMITS).unwrap();
-        assert_eq!(
-            r,
-            CompletionRequest { prompt: vec![PromptPart::Text("Tell me a story".into())], ..Default::default() }
-        );
+        assert_eq!(r, CompletionRequest { prompt: vec![PromptPart::Text("Tell me a story".into())], ..Default::default() });
         // Plain text is kept verbatim, leading whitespace included.
         let r = parse_request_json("  [1, 2] not json", &LIMITS).unwrap();
         assert_eq!(r.prompt, vec![PromptPart::Text("  [1, 2] not json".into())]);

@@ -45,10 +45,7 @@ impl Rng {
     pub fn from_entropy() -> Rng {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64 ^ ((d.as_nanos() >> 64) as u64))
-            .unwrap_or(0);
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 ^ ((d.as_nanos() >> 64) as u64)).unwrap_or(0);
         let local = 0u8;
         let addr = &local as *const u8 as usize as u64;
         let mut h = RandomState::new().build_hasher();

@@ -36,10 +36,7 @@ impl TextStream {
     /// match everywhere).
     pub fn new(stops: Vec<String>) -> Self {
         let stops = stops.into_iter().filter(|s| !s.is_empty()).collect();
-        Self {
-            stops,
-            ..Self::default()
-        }
+        Self { stops, ..Self::default() }
     }
 
     /// Appends one token's bytes and returns the text that became safe to
@@ -136,19 +133,12 @@ impl TextStream {
             self.held.clear();
             self.pending.clear();
             self.stopped = Some(word.clone());
-            return Pushed {
-                text,
-                stop: Some(word),
-            };
+            return Pushed { text, stop: Some(word) };
         }
         let cut = if at_end {
             self.held.len()
         } else {
-            self.stops
-                .iter()
-                .filter_map(|word| find_partial_stop(word, &self.held))
-                .min()
-                .unwrap_or(self.held.len())
+            self.stops.iter().filter_map(|word| find_partial_stop(word, &self.held)).min().unwrap_or(self.held.len())
         };
         let text: String = self.held.drain(..cut).collect();
         self.content.push_str(&text);
@@ -188,10 +178,7 @@ mod tests {
     #[test]
     fn ascii_without_stops_streams_immediately() {
         let mut s = stream(&[]);
-        assert_eq!(
-            feed(&mut s, &[b"Hello", b", ", b"world"]),
-            ["Hello", ", ", "world"]
-        );
+        assert_eq!(feed(&mut s, &[b"Hello", b", ", b"world"]), ["Hello", ", ", "world"]);
         assert_eq!(s.held_bytes(), 0);
         assert_eq!(s.finish(), "");
         assert_eq!(s.content(), "Hello, world");
@@ -219,10 +206,7 @@ mod tests {
     fn cjk_split_mid_character() {
         let bytes = "你好世界".as_bytes(); // 3 bytes per char
         let mut s = stream(&[]);
-        let out = feed(
-            &mut s,
-            &[&bytes[..4], &bytes[4..5], &bytes[5..10], &bytes[10..]],
-        );
+        let out = feed(&mut s, &[&bytes[..4], &bytes[4..5], &bytes[5..10], &bytes[10..]]);
         // The middle pieces are a lone continuation byte, then the rest of
         // "好" plus "世" plus the first byte of "界".
         assert_eq!(out, ["你", "", "好世", "界"]);
@@ -250,13 +234,7 @@ mod tests {
         assert_eq!(s.push(b"#").text, "");
         assert_eq!(s.held_bytes(), 2);
         let last = s.push(b"# tail");
-        assert_eq!(
-            last,
-            Pushed {
-                text: String::new(),
-                stop: Some("###".into())
-            }
-        );
+        assert_eq!(last, Pushed { text: String::new(), stop: Some("###".into()) });
         assert_eq!(s.content(), "Answer ");
         assert_eq!(s.stopped(), Some("###"));
         assert_eq!(s.held_bytes(), 0);

@@ -52,10 +52,7 @@ impl Dist {
         }
         if max == f32::INFINITY {
             let k = logits.iter().filter(|&&l| l == f32::INFINITY).count();
-            let mut d = Dist {
-                ids: Vec::with_capacity(k),
-                probs: Vec::with_capacity(k),
-            };
+            let mut d = Dist { ids: Vec::with_capacity(k), probs: Vec::with_capacity(k) };
             for (&id, &l) in ids.iter().zip(logits) {
                 if l == f32::INFINITY {
                     d.ids.push(id);
@@ -80,10 +77,7 @@ impl Dist {
         }
         // sum >= 1 (the max contributes exp(0) = 1).
         let inv = 1.0 / sum;
-        let mut d = Dist {
-            ids: out_ids,
-            probs: w,
-        };
+        let mut d = Dist { ids: out_ids, probs: w };
         for p in d.probs.iter_mut() {
             *p = (*p as f64 * inv) as f32;
         }
@@ -95,10 +89,7 @@ impl Dist {
 
     /// The point mass at `id` (a greedy draft's distribution).
     pub fn point(id: i32) -> Dist {
-        Dist {
-            ids: vec![id],
-            probs: vec![1.0],
-        }
+        Dist { ids: vec![id], probs: vec![1.0] }
     }
 
     /// Number of entries.
@@ -113,11 +104,7 @@ impl Dist {
 
     /// Total positive mass, accumulated in f64.
     pub fn total(&self) -> f64 {
-        self.probs
-            .iter()
-            .filter(|p| **p > 0.0)
-            .map(|&p| p as f64)
-            .sum()
+        self.probs.iter().filter(|p| **p > 0.0).map(|&p| p as f64).sum()
     }
 
     /// Probability of `id`; 0 when absent. Linear scan: for many look-ups
@@ -186,9 +173,7 @@ impl Dist {
             idx.truncate(n);
         }
         idx.sort_unstable_by(cmp);
-        idx.into_iter()
-            .map(|i| (self.ids[i], self.probs[i]))
-            .collect()
+        idx.into_iter().map(|i| (self.ids[i], self.probs[i])).collect()
     }
 
     /// Drop non-positive / NaN entries and scale to sum 1. Returns false
@@ -298,11 +283,7 @@ struct Excess<'a> {
 impl<'a> Excess<'a> {
     fn new(p: &'a Dist, q: &'a Dist) -> Excess<'a> {
         let aligned = p.ids.len() == q.ids.len() && p.ids == q.ids;
-        let idx = if aligned {
-            None
-        } else {
-            Some(DistIndex::new(q))
-        };
+        let idx = if aligned { None } else { Some(DistIndex::new(q)) };
         Excess { p, q, idx }
     }
 
@@ -363,10 +344,7 @@ impl<'a> Excess<'a> {
 /// p). With q a point mass at x this is p with x removed, renormalised.
 pub fn residual(p: &Dist, q: &Dist) -> Option<Dist> {
     let ex = Excess::new(p, q);
-    let mut d = Dist {
-        ids: Vec::with_capacity(p.ids.len()),
-        probs: Vec::new(),
-    };
+    let mut d = Dist { ids: Vec::with_capacity(p.ids.len()), probs: Vec::new() };
     let mut w: Vec<f64> = Vec::with_capacity(p.ids.len());
     let mut total = 0.0;
     ex.for_each(|id, x| {
@@ -382,7 +360,11 @@ pub fn residual(p: &Dist, q: &Dist) -> Option<Dist> {
     if d.probs.iter().any(|&p| p <= 0.0) {
         d.retain_positive(); // f32 underflow of minuscule differences
     }
-    if d.ids.is_empty() { None } else { Some(d) }
+    if d.ids.is_empty() {
+        None
+    } else {
+        Some(d)
+    }
 }
 
 /// Probability that a draft `x` drawn from `q` is accepted against `p`:
@@ -430,10 +412,7 @@ pub fn verify_stochastic(p: &Dist, q: &Dist, x: i32, rng: &mut Rng) -> Verdict {
     if rng.next_f64() < a {
         return Verdict::Accept;
     }
-    let token = Excess::new(p, q)
-        .sample(rng)
-        .or_else(|| p.sample(rng))
-        .unwrap_or(x);
+    let token = Excess::new(p, q).sample(rng).or_else(|| p.sample(rng)).unwrap_or(x);
     Verdict::Reject { token }
 }
 
@@ -492,18 +471,11 @@ pub fn verify_multi(p: &Dist, candidates: &[(i32, &Dist)], rng: &mut Rng) -> (i3
 /// (token-for-token equal to greedy decoding). If `ps` is shorter than
 /// expected, verification stops where the targets run out (no extra token).
 pub fn verify_chain(ps: &[Dist], drafts: &[(i32, Dist)], greedy: bool, rng: &mut Rng) -> Vec<i32> {
-    debug_assert!(
-        ps.len() > drafts.len(),
-        "need a target distribution per draft plus the bonus"
-    );
+    debug_assert!(ps.len() > drafts.len(), "need a target distribution per draft plus the bonus");
     let mut out = Vec::with_capacity(drafts.len() + 1);
     for (i, (x, q)) in drafts.iter().enumerate() {
         let Some(p) = ps.get(i) else { return out };
-        let v = if greedy {
-            verify_greedy(p, *x)
-        } else {
-            verify_stochastic(p, q, *x, rng)
-        };
+        let v = if greedy { verify_greedy(p, *x) } else { verify_stochastic(p, q, *x, rng) };
         match v {
             Verdict::Accept => out.push(*x),
             Verdict::Reject { token } => {
@@ -526,10 +498,7 @@ mod tests {
     use super::*;
 
     fn d(pairs: &[(i32, f32)]) -> Dist {
-        let mut x = Dist {
-            ids: pairs.iter().map(|p| p.0).collect(),
-            probs: pairs.iter().map(|p| p.1).collect(),
-        };
+        let mut x = Dist { ids: pairs.iter().map(|p| p.0).collect(), probs: pairs.iter().map(|p| p.1).collect() };
         assert!(x.normalize());
         x
     }
@@ -567,58 +536,24 @@ mod tests {
 
     fn assert_dist_eq(a: &Dist, b: &Dist, tol: f64) {
         for (&id, &p) in a.ids.iter().zip(&a.probs) {
-            assert!(
-                close(p as f64, b.prob(id) as f64, tol),
-                "id {id}: {a:?} vs {b:?}"
-            );
+            assert!(close(p as f64, b.prob(id) as f64, tol), "id {id}: {a:?} vs {b:?}");
         }
         for (&id, &p) in b.ids.iter().zip(&b.probs) {
-            assert!(
-                close(p as f64, a.prob(id) as f64, tol),
-                "id {id}: {a:?} vs {b:?}"
-            );
+            assert!(close(p as f64, a.prob(id) as f64, tol), "id {id}: {a:?} vs {b:?}");
         }
     }
 
     /// The (p, q) pairs of the statistical tests.
     fn pairs() -> Vec<(&'static str, Dist, Dist)> {
         vec![
-            (
-                "overlapping",
-                d(&[(1, 0.5), (2, 0.3), (3, 0.15), (4, 0.05)]),
-                d(&[(1, 0.2), (2, 0.5), (4, 0.25), (5, 0.05)]),
-            ),
-            (
-                "disjoint",
-                d(&[(1, 0.6), (2, 0.4)]),
-                d(&[(7, 0.7), (8, 0.3)]),
-            ),
-            (
-                "point-in-support",
-                d(&[(3, 0.25), (1, 0.5), (2, 0.25)]),
-                Dist::point(1),
-            ),
-            (
-                "point-minor",
-                d(&[(3, 0.1), (1, 0.7), (2, 0.2)]),
-                Dist::point(3),
-            ),
+            ("overlapping", d(&[(1, 0.5), (2, 0.3), (3, 0.15), (4, 0.05)]), d(&[(1, 0.2), (2, 0.5), (4, 0.25), (5, 0.05)])),
+            ("disjoint", d(&[(1, 0.6), (2, 0.4)]), d(&[(7, 0.7), (8, 0.3)])),
+            ("point-in-support", d(&[(3, 0.25), (1, 0.5), (2, 0.25)]), Dist::point(1)),
+            ("point-minor", d(&[(3, 0.1), (1, 0.7), (2, 0.2)]), Dist::point(3)),
             ("point-outside", d(&[(1, 0.3), (2, 0.7)]), Dist::point(9)),
-            (
-                "target-point",
-                Dist::point(2),
-                d(&[(1, 0.3), (2, 0.4), (3, 0.3)]),
-            ),
-            (
-                "equal",
-                d(&[(1, 0.1), (2, 0.2), (3, 0.7)]),
-                d(&[(3, 0.7), (1, 0.1), (2, 0.2)]),
-            ),
-            (
-                "sharper-draft",
-                d(&[(0, 0.2), (1, 0.2), (2, 0.2), (3, 0.2), (4, 0.2)]),
-                d(&[(0, 0.9), (1, 0.05), (2, 0.05)]),
-            ),
+            ("target-point", Dist::point(2), d(&[(1, 0.3), (2, 0.4), (3, 0.3)])),
+            ("equal", d(&[(1, 0.1), (2, 0.2), (3, 0.7)]), d(&[(3, 0.7), (1, 0.1), (2, 0.2)])),
+            ("sharper-draft", d(&[(0, 0.2), (1, 0.2), (2, 0.2), (3, 0.2), (4, 0.2)]), d(&[(0, 0.9), (1, 0.05), (2, 0.05)])),
         ]
     }
 
@@ -648,10 +583,7 @@ mod tests {
 
     #[test]
     fn prob_argmax_top_normalize() {
-        let x = Dist {
-            ids: vec![5, 3, 9, 4],
-            probs: vec![0.2, 0.4, 0.4, 0.0],
-        };
+        let x = Dist { ids: vec![5, 3, 9, 4], probs: vec![0.2, 0.4, 0.4, 0.0] };
         assert_eq!(x.prob(3), 0.4);
         assert_eq!(x.prob(42), 0.0);
         assert_eq!(x.argmax(), Some(3)); // tie -> lowest position
@@ -662,27 +594,15 @@ mod tests {
         let mut y = x.clone();
         assert!(y.normalize());
         assert_eq!(y.ids, vec![5, 3, 9]);
-        let mut z = Dist {
-            ids: vec![1, 2],
-            probs: vec![0.0, 0.0],
-        };
+        let mut z = Dist { ids: vec![1, 2], probs: vec![0.0, 0.0] };
         assert!(!z.normalize());
         assert!(z.is_empty());
-        let mut w = Dist {
-            ids: vec![1, 2],
-            probs: vec![2.0, 6.0],
-        };
+        let mut w = Dist { ids: vec![1, 2], probs: vec![2.0, 6.0] };
         assert!(w.normalize());
         assert_eq!(w.probs, vec![0.25, 0.75]);
         // index agrees with prob, on every representation
-        let big = Dist {
-            ids: (0..1000).rev().collect(),
-            probs: vec![0.001; 1000],
-        };
-        let neg = Dist {
-            ids: (0..1000).map(|i| i * 100_000 - 7).collect(),
-            probs: vec![0.001; 1000],
-        };
+        let big = Dist { ids: (0..1000).rev().collect(), probs: vec![0.001; 1000] };
+        let neg = Dist { ids: (0..1000).map(|i| i * 100_000 - 7).collect(), probs: vec![0.001; 1000] };
         for dd in [&x, &big, &neg] {
             let ix = dd.index();
             for id in -10..2000 {
@@ -707,23 +627,13 @@ mod tests {
         }
         assert!(tv_counts(&c, n, &p) < 0.01);
         // weights that under-sum: never panics, never returns a zero entry
-        let q = Dist {
-            ids: vec![1, 2, 3],
-            probs: vec![0.3, 0.3, 0.0],
-        };
+        let q = Dist { ids: vec![1, 2, 3], probs: vec![0.3, 0.3, 0.0] };
         for _ in 0..1000 {
             let t = q.sample(&mut rng).unwrap();
             assert!(t == 1 || t == 2);
         }
         assert_eq!(Dist::default().sample(&mut rng), None);
-        assert_eq!(
-            Dist {
-                ids: vec![4],
-                probs: vec![0.0]
-            }
-            .sample(&mut rng),
-            None
-        );
+        assert_eq!(Dist { ids: vec![4], probs: vec![0.0] }.sample(&mut rng), None);
     }
 
     // ------------------------------------------------------------ residual
@@ -782,18 +692,12 @@ mod tests {
         for i in (1..perm.len()).rev() {
             perm.swap(i, rng.next_below(i as u64 + 1) as usize);
         }
-        let qs = Dist {
-            ids: perm.iter().map(|&i| q.ids[i]).collect(),
-            probs: perm.iter().map(|&i| q.probs[i]).collect(),
-        };
+        let qs = Dist { ids: perm.iter().map(|&i| q.ids[i]).collect(), probs: perm.iter().map(|&i| q.probs[i]).collect() };
         let dense = residual(&p, &qs).unwrap();
         assert_eq!(dense.ids, aligned.ids);
         assert_eq!(dense.probs, aligned.probs);
         // ids shifted far apart -> hash map; same residual up to relabelling
-        let relabel = |x: &Dist| Dist {
-            ids: x.ids.iter().map(|&i| i * 1000 - 3).collect(),
-            probs: x.probs.clone(),
-        };
+        let relabel = |x: &Dist| Dist { ids: x.ids.iter().map(|&i| i * 1000 - 3).collect(), probs: x.probs.clone() };
         let hashed = residual(&relabel(&p), &relabel(&qs)).unwrap();
         assert_eq!(hashed.probs, aligned.probs);
         // expected acceptance = 1 − TV
@@ -816,16 +720,9 @@ mod tests {
 
         let mut rng = Rng::new(11);
         let n = 200_000;
-        for (x, q) in [
-            (1, q.clone()),
-            (2, Dist::point(2)),
-            (3, d(&[(3, 0.5), (1, 0.5)])),
-        ] {
+        for (x, q) in [(1, q.clone()), (2, Dist::point(2)), (3, d(&[(3, 0.5), (1, 0.5)]))] {
             let exact = accept_probability(&p, &q, x);
-            let acc = (0..n)
-                .filter(|_| verify_stochastic(&p, &q, x, &mut rng) == Verdict::Accept)
-                .count() as f64
-                / n as f64;
+            let acc = (0..n).filter(|_| verify_stochastic(&p, &q, x, &mut rng) == Verdict::Accept).count() as f64 / n as f64;
             assert!(close(acc, exact, 0.005), "x {x}: {acc} vs {exact}");
         }
     }
@@ -868,10 +765,7 @@ mod tests {
         }
         assert!(tv_counts(&c, n, &p) < 0.01);
         // greedy target with zero-prob draft
-        assert_eq!(
-            verify_stochastic(&Dist::point(4), &Dist::point(5), 5, &mut rng),
-            Verdict::Reject { token: 4 }
-        );
+        assert_eq!(verify_stochastic(&Dist::point(4), &Dist::point(5), 5, &mut rng), Verdict::Reject { token: 4 });
     }
 
     #[test]
@@ -880,10 +774,7 @@ mod tests {
         assert_eq!(verify_greedy(&p, 2), Verdict::Accept);
         assert_eq!(verify_greedy(&p, 1), Verdict::Reject { token: 2 });
         assert_eq!(verify_greedy(&p, 99), Verdict::Reject { token: 2 });
-        let tie = Dist {
-            ids: vec![4, 3],
-            probs: vec![0.5, 0.5],
-        };
+        let tie = Dist { ids: vec![4, 3], probs: vec![0.5, 0.5] };
         assert_eq!(verify_greedy(&tie, 3), Verdict::Reject { token: 4 });
         assert_eq!(verify_greedy(&Dist::default(), 3), Verdict::Accept);
     }
@@ -906,11 +797,7 @@ mod tests {
                 *out.entry(y).or_insert(0.0) += (1.0 - p_acc) * ry as f64;
             }
             for (&y, &v) in &out {
-                assert!(
-                    close(v, p.prob(y) as f64, 1e-6),
-                    "{name}: token {y}: {v} vs {}",
-                    p.prob(y)
-                );
+                assert!(close(v, p.prob(y) as f64, 1e-6), "{name}: token {y}: {v} vs {}", p.prob(y));
             }
             for &y in &p.ids {
                 assert!(out.contains_key(&y), "{name}");
@@ -972,11 +859,7 @@ mod tests {
         let mut c = HashMap::new();
         let mut accepted = [0u64; 4];
         for _ in 0..n {
-            let cands = [
-                (q1.sample(&mut rng).unwrap(), &q1),
-                (1, &q2),
-                (q3.sample(&mut rng).unwrap(), &q3),
-            ];
+            let cands = [(q1.sample(&mut rng).unwrap(), &q1), (1, &q2), (q3.sample(&mut rng).unwrap(), &q3)];
             let (y, which) = verify_multi(&p, &cands, &mut rng);
             accepted[which.unwrap_or(3)] += 1;
             *c.entry(y).or_insert(0) += 1;
@@ -984,11 +867,7 @@ mod tests {
         let tv = tv_counts(&c, n, &p);
         assert!(tv < 0.01, "heterogeneous: TV {tv}");
         // first candidate accepted with probability Σ min(p, q1)
-        assert!(close(
-            accepted[0] as f64 / n as f64,
-            expected_acceptance(&p, &q1),
-            0.005
-        ));
+        assert!(close(accepted[0] as f64 / n as f64, expected_acceptance(&p, &q1), 0.005));
     }
 
     #[test]
@@ -1010,29 +889,19 @@ mod tests {
             }
         }
         // target point mass on the repeated token: accepted at once
-        assert_eq!(
-            verify_multi(&Dist::point(1), &[(1, &q), (1, &q)], &mut rng),
-            (1, Some(0))
-        );
+        assert_eq!(verify_multi(&Dist::point(1), &[(1, &q), (1, &q)], &mut rng), (1, Some(0)));
     }
 
     // ---------------------------------------------------------------- chain
 
     #[test]
     fn chain_all_accepted_when_q_equals_p() {
-        let ps = vec![
-            d(&[(1, 0.5), (2, 0.5)]),
-            d(&[(1, 0.2), (3, 0.8)]),
-            d(&[(4, 0.25), (5, 0.75)]),
-        ];
+        let ps = vec![d(&[(1, 0.5), (2, 0.5)]), d(&[(1, 0.2), (3, 0.8)]), d(&[(4, 0.25), (5, 0.75)])];
         let mut rng = Rng::new(4);
         let n = 100_000;
         let mut bonus = HashMap::new();
         for _ in 0..n {
-            let drafts: Vec<(i32, Dist)> = ps[..2]
-                .iter()
-                .map(|p| (p.sample(&mut rng).unwrap(), p.clone()))
-                .collect();
+            let drafts: Vec<(i32, Dist)> = ps[..2].iter().map(|p| (p.sample(&mut rng).unwrap(), p.clone())).collect();
             let out = verify_chain(&ps, &drafts, false, &mut rng);
             assert_eq!(out.len(), 3);
             assert_eq!(out[0], drafts[0].0);

@@ -250,7 +250,9 @@ impl Engine {
 
     /// Writes the dynamic n-gram cache (to `path`, or to `ngramCachePath`).
     pub fn save_ngram_cache(&self, path: Option<&str>) -> Result<usize> {
-        let path = path.or(self.ngram_path.as_deref()).ok_or_else(|| EngineError::invalid("path", "no path given and the engine was loaded without ngramCachePath"))?;
+        let path = path
+            .or(self.ngram_path.as_deref())
+            .ok_or_else(|| EngineError::invalid("path", "no path given and the engine was loaded without ngramCachePath"))?;
         let cache = self.ngram.dynamic.lock().unwrap_or_else(|p| p.into_inner()).clone();
         cache.save(std::path::Path::new(path))?;
         Ok(cache.len())
@@ -321,15 +323,15 @@ fn engine_thread(
             }
             session.run(&job.request, job.sink.as_mut(), &job.cancel)
         }))
-            .unwrap_or_else(|panic| {
-                session.reset();
-                let why = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                Err(EngineError::internal(format!("the engine recovered from a panic: {why}")))
-            });
+        .unwrap_or_else(|panic| {
+            session.reset();
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(EngineError::internal(format!("the engine recovered from a panic: {why}")))
+        });
         tokens_cached.store(session.tokens_cached() as u64, Ordering::Relaxed);
         publish(&session);
         shared.job_done();

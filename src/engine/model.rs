@@ -18,13 +18,14 @@ pub fn backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            LlamaBackend::init().map(|mut b| {
-                if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
-                    b.void_logs();
-                }
-                b
-            })
-            .map_err(|e| e.to_string())
+            LlamaBackend::init()
+                .map(|mut b| {
+                    if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
+                        b.void_logs();
+                    }
+                    b
+                })
+                .map_err(|e| e.to_string())
         })
         .as_ref()
         .map_err(|e| EngineError::internal(format!("llama.cpp backend: {e}")))
@@ -68,9 +69,7 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Box<dyn FnMut(f3
 fn check_gguf_magic(path: &Path) -> std::result::Result<(), String> {
     use std::io::Read;
     let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .map_err(|e| format!("cannot read it ({e})"))?;
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).map_err(|e| format!("cannot read it ({e})"))?;
     if &magic != b"GGUF" {
         return Err("not a GGUF file".into());
     }

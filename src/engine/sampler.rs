@@ -42,11 +42,8 @@ impl TokenSampler {
         let p = &req.sampling;
         let n_vocab = model.n_vocab();
         let mut history = Vec::new();
-        let mut biases: Vec<LlamaLogitBias> = p
-            .logit_bias
-            .iter()
-            .map(|&(id, bias)| LlamaLogitBias::new(LlamaToken(id), bias.unwrap_or(f32::NEG_INFINITY)))
-            .collect();
+        let mut biases: Vec<LlamaLogitBias> =
+            p.logit_bias.iter().map(|&(id, bias)| LlamaLogitBias::new(LlamaToken(id), bias.unwrap_or(f32::NEG_INFINITY))).collect();
         if req.ignore_eos {
             biases.extend(eog.iter().map(|&id| LlamaLogitBias::new(LlamaToken(id), f32::NEG_INFINITY)));
         }
@@ -97,15 +94,7 @@ impl TokenSampler {
             None => Rng::from_entropy(),
         };
         let chain = |v: Vec<LlamaSampler>| (!v.is_empty()).then(|| LlamaSampler::chain_simple(v));
-        Ok(TokenSampler {
-            history: chain(history),
-            grammar,
-            shape: chain(shape),
-            mirostat,
-            greedy,
-            rng,
-            scratch: Vec::new(),
-        })
+        Ok(TokenSampler { history: chain(history), grammar, shape: chain(shape), mirostat, greedy, rng, scratch: Vec::new() })
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -198,13 +187,18 @@ impl TokenSampler {
             let (ids, logits): (Vec<i32>, Vec<f32>) = arr.data.iter().map(|d| (d.id().0, d.logit())).unzip();
             let dist = Dist::from_logits(&ids, &logits);
             arr.apply_sampler(m);
-            let token = if dist.is_empty() { DEAD_END } else { arr.selected_token().unwrap_or_else(|| LlamaToken(dist.argmax().unwrap_or(0))) };
+            let token =
+                if dist.is_empty() { DEAD_END } else { arr.selected_token().unwrap_or_else(|| LlamaToken(dist.argmax().unwrap_or(0))) };
             return (token, Some(dist));
         }
         if self.greedy && !want_dist {
             // Greedy needs only the argmax of what the chain leaves.
             let arr = self.transformed(ctx, idx);
-            let best = arr.data.iter().filter(|d| d.logit() > f32::NEG_INFINITY).max_by(|a, b| a.logit().total_cmp(&b.logit()).then(b.id().0.cmp(&a.id().0)));
+            let best = arr
+                .data
+                .iter()
+                .filter(|d| d.logit() > f32::NEG_INFINITY)
+                .max_by(|a, b| a.logit().total_cmp(&b.logit()).then(b.id().0.cmp(&a.id().0)));
             let token = best.map(|d| d.id()).unwrap_or(DEAD_END);
             self.scratch = arr.data;
             return (token, None);

@@ -17,7 +17,9 @@ use super::sampler::{TokenSampler, DEAD_END};
 use crate::core::controller::{BatchCost, DraftController};
 use crate::core::drafter::{Draft, Drafter};
 use crate::core::error::{EngineError, ErrorCode, Result};
-use crate::core::events::{CompletionResult, DrafterStats, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource};
+use crate::core::events::{
+    CompletionResult, DrafterStats, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource,
+};
 use crate::core::ngram::{NgramCache, NgramDrafter, NgramParams, CLASS_PRIORS};
 use crate::core::prompt;
 use crate::core::request::{CompletionRequest, PromptPart, SpecMode};
@@ -94,14 +96,18 @@ enum Stop {
 impl<'m> Session<'m> {
     pub fn new(models: &'m Models, opts: &EngineOptions, ngram: NgramStore) -> Result<Self> {
         let info = &models.info;
-        let load_err = |what: &str, path: &str, e: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: cannot create the {what} context ({e})"));
+        let load_err = |what: &str, path: &str, e: String| {
+            EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: cannot create the {what} context ({e})"))
+        };
         let ctx = models
             .target
             .new_context(model::backend()?, model::context_params(opts, info.n_ctx, MAX_SEQS))
             .map_err(|e| load_err("target", &opts.model_path, e.to_string()))?;
         let draft = match (&models.draft, &opts.draft_model_path) {
             (Some(m), Some(path)) => {
-                let dctx = m.new_context(model::backend()?, model::context_params(opts, info.n_ctx, MAX_SEQS)).map_err(|e| load_err("draft", path, e.to_string()))?;
+                let dctx = m
+                    .new_context(model::backend()?, model::context_params(opts, info.n_ctx, MAX_SEQS))
+                    .map_err(|e| load_err("draft", path, e.to_string()))?;
                 Some(DraftModel::new(m, dctx, info.n_batch as usize))
             }
             _ => None,
@@ -187,7 +193,10 @@ impl<'m> Session<'m> {
             if has_model {
                 Ok(kinds)
             } else {
-                Err(EngineError::invalid("speculative.mode", format!("\"{}\" needs a draft model: load the engine with draftModelPath", req.speculative.mode.as_str())))
+                Err(EngineError::invalid(
+                    "speculative.mode",
+                    format!("\"{}\" needs a draft model: load the engine with draftModelPath", req.speculative.mode.as_str()),
+                ))
             }
         };
         match req.speculative.mode {
@@ -227,7 +236,9 @@ impl<'m> Session<'m> {
     fn eval_step(&mut self, pending: LlamaToken, drafts: &[i32]) -> Result<f64> {
         let base = self.cached.len();
         self.batch.clear();
-        let add = |b: &mut LlamaBatch, t: LlamaToken, pos: usize| b.add(t, pos as i32, &[0], true).map_err(|e| EngineError::internal(format!("batch: {e}")));
+        let add = |b: &mut LlamaBatch, t: LlamaToken, pos: usize| {
+            b.add(t, pos as i32, &[0], true).map_err(|e| EngineError::internal(format!("batch: {e}")))
+        };
         add(&mut self.batch, pending, base)?;
         for (i, &d) in drafts.iter().enumerate() {
             add(&mut self.batch, LlamaToken(d), base + 1 + i)?;
@@ -615,7 +626,9 @@ impl<'m> Session<'m> {
                             let branches = self.draft.as_mut().and_then(|d| d.draft_tree(&history, depth, spec.n_parallel, spec.p_split));
                             draft_ms += ms(t);
                             self.note_draft_cost();
-                            if let Some(branches) = branches.filter(|b| b.iter().map(|b| b.tokens.len()).max().unwrap_or(0) >= spec.n_min.max(1)) {
+                            if let Some(branches) =
+                                branches.filter(|b| b.iter().map(|b| b.tokens.len()).max().unwrap_or(0) >= spec.n_min.max(1))
+                            {
                                 tree = Some((si, branches));
                                 break;
                             }
@@ -635,7 +648,8 @@ impl<'m> Session<'m> {
                 }
                 step_slot = draft.as_ref().map(|(si, _)| *si).or(tree.as_ref().map(|(si, _)| *si));
                 if let Some((si, branches)) = tree.take() {
-                    let (n_nodes, n_ok) = self.tree_step(p, &branches, &mut sampler, want_dist, &mut step_tokens, budget(n_gen), req.ignore_eos)?;
+                    let (n_nodes, n_ok) =
+                        self.tree_step(p, &branches, &mut sampler, want_dist, &mut step_tokens, budget(n_gen), req.ignore_eos)?;
                     passes += 1;
                     let slot = &mut slots[si];
                     slot.ctl.observe_acceptance(n_nodes.min(branches.iter().map(|b| b.tokens.len()).max().unwrap_or(0)), n_ok);
@@ -645,67 +659,67 @@ impl<'m> Session<'m> {
                     step_accepted = n_ok;
                     logits_idx = i32::MIN;
                 } else {
-                let drafted: Vec<i32> = draft.as_ref().map(|(_, d)| d.tokens.clone()).unwrap_or_default();
-                let t_verify = self.eval_step(p, &drafted)?;
-                passes += 1;
-                self.costs.observe(drafted.len() + 1, t_verify);
-                // Verify drafts in order; each position sees only what was
-                // accepted before it (penalties, grammar).
-                let base = self.cached.len() - drafted.len(); // cache length after `p`
-                let mut n_ok = 0usize;
-                step_tokens.clear();
-                if let Some((si, d)) = &draft {
-                    for (i, &x) in d.tokens.iter().enumerate() {
-                        let (token, dist, ok) = if greedy {
-                            let (t, dist) = sampler.sample(&self.ctx, i as i32, want_dist);
-                            (t, dist, t.0 == x)
-                        } else {
-                            let pdist = sampler.distribution(&self.ctx, i as i32);
-                            let q = d.dists[i].clone().unwrap_or_else(|| Dist::point(x));
-                            if pdist.is_empty() {
-                                (DEAD_END, Some(pdist), false)
+                    let drafted: Vec<i32> = draft.as_ref().map(|(_, d)| d.tokens.clone()).unwrap_or_default();
+                    let t_verify = self.eval_step(p, &drafted)?;
+                    passes += 1;
+                    self.costs.observe(drafted.len() + 1, t_verify);
+                    // Verify drafts in order; each position sees only what was
+                    // accepted before it (penalties, grammar).
+                    let base = self.cached.len() - drafted.len(); // cache length after `p`
+                    let mut n_ok = 0usize;
+                    step_tokens.clear();
+                    if let Some((si, d)) = &draft {
+                        for (i, &x) in d.tokens.iter().enumerate() {
+                            let (token, dist, ok) = if greedy {
+                                let (t, dist) = sampler.sample(&self.ctx, i as i32, want_dist);
+                                (t, dist, t.0 == x)
                             } else {
-                                match verify_stochastic(&pdist, &q, x, sampler.rng()) {
-                                    Verdict::Accept => (LlamaToken(x), Some(pdist), true),
-                                    Verdict::Reject { token } => (LlamaToken(token), Some(pdist), false),
+                                let pdist = sampler.distribution(&self.ctx, i as i32);
+                                let q = d.dists[i].clone().unwrap_or_else(|| Dist::point(x));
+                                if pdist.is_empty() {
+                                    (DEAD_END, Some(pdist), false)
+                                } else {
+                                    match verify_stochastic(&pdist, &q, x, sampler.rng()) {
+                                        Verdict::Accept => (LlamaToken(x), Some(pdist), true),
+                                        Verdict::Reject { token } => (LlamaToken(token), Some(pdist), false),
+                                    }
                                 }
+                            };
+                            sampler.accept(token);
+                            let source = if ok { d.source } else { TokenSource::Target };
+                            step_tokens.push((token, source, dist));
+                            if ok {
+                                n_ok += 1;
                             }
+                            if !ok || token == DEAD_END || (vocab.is_eog(token) && !req.ignore_eos) || step_tokens.len() >= budget(n_gen) {
+                                break;
+                            }
+                        }
+                        let slot = &mut slots[*si];
+                        slot.ctl.observe_acceptance(d.len(), n_ok);
+                        slot.ctl.observe_classes(&d.classes, n_ok);
+                        slot.stats.n_drafted += d.len();
+                        slot.stats.n_accepted += n_ok;
+                        match slot.kind {
+                            DrafterKind::Ngram => ngram.as_mut().map(|g| g.accept(n_ok)),
+                            DrafterKind::Model => self.draft.as_mut().map(|g| g.accept(n_ok)),
                         };
-                        sampler.accept(token);
-                        let source = if ok { d.source } else { TokenSource::Target };
-                        step_tokens.push((token, source, dist));
-                        if ok {
-                            n_ok += 1;
-                        }
-                        if !ok || token == DEAD_END || (vocab.is_eog(token) && !req.ignore_eos) || step_tokens.len() >= budget(n_gen) {
-                            break;
+                        if n_ok == d.len() {
+                            slot.ctl.reset_backoff();
                         }
                     }
-                    let slot = &mut slots[*si];
-                    slot.ctl.observe_acceptance(d.len(), n_ok);
-                    slot.ctl.observe_classes(&d.classes, n_ok);
-                    slot.stats.n_drafted += d.len();
-                    slot.stats.n_accepted += n_ok;
-                    match slot.kind {
-                        DrafterKind::Ngram => ngram.as_mut().map(|g| g.accept(n_ok)),
-                        DrafterKind::Model => self.draft.as_mut().map(|g| g.accept(n_ok)),
-                    };
-                    if n_ok == d.len() {
-                        slot.ctl.reset_backoff();
+                    step_drafted = drafted.len();
+                    step_accepted = n_ok;
+                    // Keep `p` and the accepted drafts; drop rejected positions.
+                    self.truncate_cache(base + n_ok)?;
+                    let all_ok = n_ok == drafted.len();
+                    let last_is_eog = step_tokens.last().is_some_and(|(t, _, _)| *t == DEAD_END || (vocab.is_eog(*t) && !req.ignore_eos));
+                    if all_ok && !last_is_eog && step_tokens.len() < budget(n_gen) {
+                        // Every draft accepted (or none proposed): the target adds one more.
+                        logits_idx = drafted.len() as i32;
+                    } else {
+                        logits_idx = i32::MIN;
                     }
-                }
-                step_drafted = drafted.len();
-                step_accepted = n_ok;
-                // Keep `p` and the accepted drafts; drop rejected positions.
-                self.truncate_cache(base + n_ok)?;
-                let all_ok = n_ok == drafted.len();
-                let last_is_eog = step_tokens.last().is_some_and(|(t, _, _)| *t == DEAD_END || (vocab.is_eog(*t) && !req.ignore_eos));
-                if all_ok && !last_is_eog && step_tokens.len() < budget(n_gen) {
-                    // Every draft accepted (or none proposed): the target adds one more.
-                    logits_idx = drafted.len() as i32;
-                } else {
-                    logits_idx = i32::MIN;
-                }
                 }
             }
             if logits_idx != i32::MIN {
@@ -787,7 +801,8 @@ impl<'m> Session<'m> {
             self.model_ctl = Some((ctl_key, slot.ctl.clone()));
         }
         let predicted_ms = ms(t_gen);
-        let mut stats = SpeculativeStats { mode: req.speculative.mode.as_str().into(), target_passes: passes, draft_ms, ..Default::default() };
+        let mut stats =
+            SpeculativeStats { mode: req.speculative.mode.as_str().into(), target_passes: passes, draft_ms, ..Default::default() };
         for slot in &slots {
             stats.n_drafted += slot.stats.n_drafted;
             stats.n_accepted += slot.stats.n_accepted;
@@ -882,7 +897,11 @@ fn top_probs(model: &LlamaModel, dist: &Dist, n: usize) -> Vec<TokenProb> {
     let vocab = model.vocab();
     dist.top(n)
         .into_iter()
-        .map(|(id, prob)| TokenProb { id, piece: String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(id), false, None)).into_owned(), prob })
+        .map(|(id, prob)| TokenProb {
+            id,
+            piece: String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(id), false, None)).into_owned(),
+            prob,
+        })
         .collect()
 }
 
