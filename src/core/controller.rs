@@ -52,10 +52,6 @@ impl BatchCost {
         self.ms.get(n).copied().flatten()
     }
 
-    pub fn is_calibrated(&self) -> bool {
-        self.ms.iter().filter(|m| m.is_some()).count() >= 2
-    }
-
     /// Estimated cost of a batch of `n`: measured if we have it, otherwise
     /// interpolated between the nearest measured sizes (or extrapolated from
     /// the last two), never decreasing with n.
@@ -261,11 +257,6 @@ impl DraftController {
             out.push(rate);
         }
         out
-    }
-
-    /// Overall acceptance (accepted / drafted) the estimates imply at position 0.
-    pub fn first_accept_rate(&self) -> f64 {
-        self.accept_rate(0)
     }
 
     /// Expected tokens produced by a step that drafts k: the accepted run

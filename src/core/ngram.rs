@@ -239,12 +239,6 @@ impl NgramCache {
         }
     }
 
-    /// Like [`merge`](Self::merge), consuming `other` (no copies when this
-    /// cache is empty).
-    pub fn merge_owned(&mut self, other: NgramCache) {
-        self.merge_capped(other, usize::MAX);
-    }
-
     /// Like [`merge`](Self::merge), consuming `other`, but once this cache
     /// holds `max` n-grams no new ones are added (the counts of those it has still
     /// grow), so a long-running engine's dynamic cache stays bounded.
@@ -474,23 +468,6 @@ impl Default for NgramParams {
             draft_min_sample_size_strict: [4, 3, 2, 2],
             draft_min_percent_strict: [75, 66, 66, 66],
         }
-    }
-}
-
-impl NgramParams {
-    /// `ngram_min` in 1..=ngram_max, `ngram_max` in 1..=4, percents <= 100.
-    pub fn validate(&self) -> Result<()> {
-        if !(NGRAM_MIN..=NGRAM_MAX).contains(&self.ngram_max) {
-            return Err(EngineError::invalid("ngram_max", format!("must be in {NGRAM_MIN}..={NGRAM_MAX}, got {}", self.ngram_max)));
-        }
-        if !(NGRAM_MIN..=self.ngram_max).contains(&self.ngram_min) {
-            return Err(EngineError::invalid("ngram_min", format!("must be in {NGRAM_MIN}..={}, got {}", self.ngram_max, self.ngram_min)));
-        }
-        let percents = self.draft_min_percent_lax.iter().chain(&self.draft_min_percent_strict);
-        if let Some(p) = percents.into_iter().find(|&&p| p > 100) {
-            return Err(EngineError::invalid("ngram", format!("a percent threshold is {p} > 100")));
-        }
-        Ok(())
     }
 }
 
@@ -981,7 +958,7 @@ mod tests {
         empty.merge(&b);
         assert_eq!(empty, b);
         let mut owned = full(&[1, 2, 3]);
-        owned.merge_owned(b.clone());
+        owned.merge_capped(b.clone(), usize::MAX);
         assert_eq!(owned, a);
     }
 
@@ -1100,14 +1077,11 @@ mod tests {
     }
 
     #[test]
-    fn params_validate() {
-        assert!(NgramParams::default().validate().is_ok());
-        let p = NgramParams { ngram_max: 5, ..NgramParams::default() };
-        assert!(p.validate().unwrap_err().message.starts_with("ngram_max: "));
-        let p = NgramParams { ngram_min: 3, ngram_max: 2, ..NgramParams::default() };
-        assert!(p.validate().unwrap_err().message.starts_with("ngram_min: "));
-        let p = NgramParams { ngram_min: 0, ..NgramParams::default() };
-        assert!(p.validate().is_err());
+    fn default_params_are_consistent() {
+        let p = NgramParams::default();
+        assert!((NGRAM_MIN..=NGRAM_MAX).contains(&p.ngram_max));
+        assert!((NGRAM_MIN..=p.ngram_max).contains(&p.ngram_min));
+        assert!(p.draft_min_percent_lax.iter().chain(&p.draft_min_percent_strict).all(|&pc| pc <= 100));
     }
 
     #[test]

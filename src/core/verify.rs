@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::rng::Rng;
+use super::random::Rng;
 
 /// A probability distribution over token ids, sparse (only tokens with
 /// p > 0). Not necessarily sorted. Each id appears at most once.
@@ -133,13 +133,13 @@ impl Dist {
         best.map(|(i, _)| self.ids[i])
     }
 
-    /// Draw an id by inverse CDF (one `next_f64` draw). Works on
+    /// Draw an id by inverse CDF (one uniform draw). Works on
     /// unnormalised weights; robust to rounding (if the cumulative sum never
     /// passes the draw, the last positive entry is returned). None if there
     /// is no positive mass.
-    pub fn sample(&self, rng: &mut Rng) -> Option<i32> {
+    pub fn sample(&self, rng: &mut (impl Rng + ?Sized)) -> Option<i32> {
         let total = self.total();
-        let u = rng.next_f64();
+        let u = rng.random::<f64>();
         if !(total > 0.0) || !total.is_finite() {
             return None;
         }
@@ -316,9 +316,9 @@ impl<'a> Excess<'a> {
     }
 
     /// Draw from normalize(max(0, p − q)) without materialising it.
-    fn sample(&self, rng: &mut Rng) -> Option<i32> {
+    fn sample(&self, rng: &mut (impl Rng + ?Sized)) -> Option<i32> {
         let total = self.total();
-        let u = rng.next_f64();
+        let u = rng.random::<f64>();
         if !(total > 0.0) {
             return None;
         }
@@ -382,13 +382,6 @@ pub fn accept_probability(p: &Dist, q: &Dist, x: i32) -> f64 {
     (px / qx).min(1.0)
 }
 
-/// Expected acceptance rate of one draft drawn from q against p:
-/// Σ min(p, q) = 1 − TV(p, q).
-pub fn expected_acceptance(p: &Dist, q: &Dist) -> f64 {
-    let ex = Excess::new(p, q);
-    (p.total() - ex.total()).clamp(0.0, 1.0)
-}
-
 /// Outcome of verifying one drafted token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -399,30 +392,21 @@ pub enum Verdict {
 }
 
 /// Stochastic verification of one drafted token `x` drawn from `q`, against
-/// target `p`. Accept with probability min(1, p(x)/q(x)) (one `next_f64`
+/// target `p`. Accept with probability min(1, p(x)/q(x)) (one uniform
 /// draw); on rejection draw from normalize(max(0, p − q)) (one more draw),
 /// falling back to `p` when that is empty (p ≤ q everywhere, only reachable
 /// through rounding). The emitted token is distributed exactly as `p`.
 /// Degenerate `p` with no entries: the draft is accepted.
-pub fn verify_stochastic(p: &Dist, q: &Dist, x: i32, rng: &mut Rng) -> Verdict {
+pub fn verify_stochastic(p: &Dist, q: &Dist, x: i32, rng: &mut (impl Rng + ?Sized)) -> Verdict {
     if p.is_empty() {
         return Verdict::Accept;
     }
     let a = accept_probability(p, q, x);
-    if rng.next_f64() < a {
+    if rng.random::<f64>() < a {
         return Verdict::Accept;
     }
     let token = Excess::new(p, q).sample(rng).or_else(|| p.sample(rng)).unwrap_or(x);
     Verdict::Reject { token }
-}
-
-/// Greedy verification: accept iff `x == argmax(p)`, else
-/// `Reject { token: argmax(p) }`. Degenerate empty `p`: accepted.
-pub fn verify_greedy(p: &Dist, x: i32) -> Verdict {
-    match p.argmax() {
-        Some(t) if t != x => Verdict::Reject { token: t },
-        _ => Verdict::Accept,
-    }
 }
 
 /// Multi-branch verification: several drafts for the same position, each
@@ -436,7 +420,7 @@ pub fn verify_greedy(p: &Dist, x: i32) -> Verdict {
 /// rejected and still updates the residual with its q.
 /// No candidates: a plain draw from `p`. Degenerate empty `p`: the first
 /// candidate is accepted (or `(-1, None)` with no candidates).
-pub fn verify_multi(p: &Dist, candidates: &[(i32, &Dist)], rng: &mut Rng) -> (i32, Option<usize>) {
+pub fn verify_multi(p: &Dist, candidates: &[(i32, &Dist)], rng: &mut (impl Rng + ?Sized)) -> (i32, Option<usize>) {
     if p.is_empty() {
         return match candidates.first() {
             Some(&(x, _)) => (x, Some(0)),
@@ -447,7 +431,7 @@ pub fn verify_multi(p: &Dist, candidates: &[(i32, &Dist)], rng: &mut Rng) -> (i3
     let last = candidates.len().saturating_sub(1);
     for (j, &(x, q)) in candidates.iter().enumerate() {
         let a = accept_probability(&cur, q, x);
-        if rng.next_f64() < a {
+        if rng.random::<f64>() < a {
             return (x, Some(j));
         }
         if j == last {
@@ -462,40 +446,59 @@ pub fn verify_multi(p: &Dist, candidates: &[(i32, &Dist)], rng: &mut Rng) -> (i3
     (p.sample(rng).or_else(|| p.argmax()).unwrap_or(-1), None)
 }
 
-/// Verify a whole chain of drafts. `ps[i]` is the target distribution at
-/// position i given the drafts before it (k draft positions plus the bonus
-/// position, `ps.len() == drafts.len() + 1`); `drafts[i] = (x_i, q_i)`.
-/// Returns the accepted draft prefix plus exactly one more token: the
-/// correction at the first rejection, or the bonus drawn from `ps[k]` when
-/// all are accepted. With `greedy`, argmax everywhere and q is ignored
-/// (token-for-token equal to greedy decoding). If `ps` is shorter than
-/// expected, verification stops where the targets run out (no extra token).
-pub fn verify_chain(ps: &[Dist], drafts: &[(i32, Dist)], greedy: bool, rng: &mut Rng) -> Vec<i32> {
-    debug_assert!(ps.len() > drafts.len(), "need a target distribution per draft plus the bonus");
-    let mut out = Vec::with_capacity(drafts.len() + 1);
-    for (i, (x, q)) in drafts.iter().enumerate() {
-        let Some(p) = ps.get(i) else { return out };
-        let v = if greedy { verify_greedy(p, *x) } else { verify_stochastic(p, q, *x, rng) };
-        match v {
-            Verdict::Accept => out.push(*x),
-            Verdict::Reject { token } => {
-                out.push(token);
-                return out;
-            }
-        }
-    }
-    if let Some(p) = ps.get(drafts.len()) {
-        let t = if greedy { p.argmax() } else { p.sample(rng) };
-        if let Some(t) = t {
-            out.push(t);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::random::seeded;
+
+    // The explicit forms of what the engine computes implicitly, as oracles.
+
+    /// Greedy verification: accept iff `x == argmax(p)`, else
+    /// `Reject { token: argmax(p) }`. Degenerate empty `p`: accepted.
+    fn verify_greedy(p: &Dist, x: i32) -> Verdict {
+        match p.argmax() {
+            Some(t) if t != x => Verdict::Reject { token: t },
+            _ => Verdict::Accept,
+        }
+    }
+
+    /// Expected acceptance rate of one draft drawn from q against p:
+    /// Σ min(p, q) = 1 − TV(p, q).
+    fn expected_acceptance(p: &Dist, q: &Dist) -> f64 {
+        let ex = Excess::new(p, q);
+        (p.total() - ex.total()).clamp(0.0, 1.0)
+    }
+
+    /// Verify a whole chain of drafts. `ps[i]` is the target distribution at
+    /// position i given the drafts before it (k draft positions plus the bonus
+    /// position, `ps.len() == drafts.len() + 1`); `drafts[i] = (x_i, q_i)`.
+    /// Returns the accepted draft prefix plus exactly one more token: the
+    /// correction at the first rejection, or the bonus drawn from `ps[k]` when
+    /// all are accepted. With `greedy`, argmax everywhere and q is ignored
+    /// (token-for-token equal to greedy decoding). If `ps` is shorter than
+    /// expected, verification stops where the targets run out (no extra token).
+    fn verify_chain(ps: &[Dist], drafts: &[(i32, Dist)], greedy: bool, rng: &mut (impl Rng + ?Sized)) -> Vec<i32> {
+        debug_assert!(ps.len() > drafts.len(), "need a target distribution per draft plus the bonus");
+        let mut out = Vec::with_capacity(drafts.len() + 1);
+        for (i, (x, q)) in drafts.iter().enumerate() {
+            let Some(p) = ps.get(i) else { return out };
+            let v = if greedy { verify_greedy(p, *x) } else { verify_stochastic(p, q, *x, rng) };
+            match v {
+                Verdict::Accept => out.push(*x),
+                Verdict::Reject { token } => {
+                    out.push(token);
+                    return out;
+                }
+            }
+        }
+        if let Some(p) = ps.get(drafts.len()) {
+            let t = if greedy { p.argmax() } else { p.sample(rng) };
+            if let Some(t) = t {
+                out.push(t);
+            }
+        }
+        out
+    }
 
     fn d(pairs: &[(i32, f32)]) -> Dist {
         let mut x = Dist { ids: pairs.iter().map(|p| p.0).collect(), probs: pairs.iter().map(|p| p.1).collect() };
@@ -619,7 +622,7 @@ mod tests {
     #[test]
     fn sample_matches_distribution_and_is_robust() {
         let p = d(&[(1, 0.1), (2, 0.6), (3, 0.3)]);
-        let mut rng = Rng::new(1);
+        let mut rng = seeded(1);
         let n = 200_000;
         let mut c = HashMap::new();
         for _ in 0..n {
@@ -660,11 +663,11 @@ mod tests {
     #[test]
     fn residual_large_all_paths_agree() {
         // 50k-entry distributions: aligned, dense-indexed and hashed paths.
-        let mut rng = Rng::new(5);
+        let mut rng = seeded(5);
         let n = 50_000;
         let ids: Vec<i32> = (0..n).collect();
-        let pl: Vec<f32> = (0..n).map(|_| rng.next_f32() * 8.0).collect();
-        let ql: Vec<f32> = (0..n).map(|_| rng.next_f32() * 8.0).collect();
+        let pl: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 8.0).collect();
+        let ql: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 8.0).collect();
         let p = Dist::from_logits(&ids, &pl);
         let q = Dist::from_logits(&ids, &ql);
         let mut expect: Vec<(i32, f64)> = Vec::new();
@@ -690,7 +693,7 @@ mod tests {
         // shuffled q -> dense index
         let mut perm: Vec<usize> = (0..n as usize).collect();
         for i in (1..perm.len()).rev() {
-            perm.swap(i, rng.next_below(i as u64 + 1) as usize);
+            perm.swap(i, rng.random_range(0..=i));
         }
         let qs = Dist { ids: perm.iter().map(|&i| q.ids[i]).collect(), probs: perm.iter().map(|&i| q.probs[i]).collect() };
         let dense = residual(&p, &qs).unwrap();
@@ -718,7 +721,7 @@ mod tests {
         assert_eq!(accept_probability(&p, &Dist::point(7), 1), 1.0); // q(x) = 0 limit
         assert!(close(accept_probability(&p, &Dist::point(2), 2), 0.3, 1e-6));
 
-        let mut rng = Rng::new(11);
+        let mut rng = seeded(11);
         let n = 200_000;
         for (x, q) in [(1, q.clone()), (2, Dist::point(2)), (3, d(&[(3, 0.5), (1, 0.5)]))] {
             let exact = accept_probability(&p, &q, x);
@@ -734,7 +737,7 @@ mod tests {
         let without = d(&[(1, 0.5), (3, 0.2)]);
         assert!(close(accept_probability(&p, &q, 2), 0.3, 1e-6));
         assert_dist_eq(&residual(&p, &q).unwrap(), &without, 1e-6);
-        let mut rng = Rng::new(12);
+        let mut rng = seeded(12);
         let n = 200_000u64;
         let (mut acc, mut rej) = (0u64, HashMap::new());
         for _ in 0..n {
@@ -753,7 +756,7 @@ mod tests {
     fn disjoint_draft_always_rejected() {
         let p = d(&[(1, 0.6), (2, 0.3), (3, 0.1)]);
         let q = d(&[(7, 0.5), (8, 0.5)]);
-        let mut rng = Rng::new(13);
+        let mut rng = seeded(13);
         let n = 200_000;
         let mut c = HashMap::new();
         for _ in 0..n {
@@ -809,7 +812,7 @@ mod tests {
     /// is distributed as p.
     #[test]
     fn lossless_statistical_single() {
-        let mut rng = Rng::new(2024);
+        let mut rng = seeded(2024);
         let n = 200_000;
         for (name, p, q) in pairs() {
             let mut c = HashMap::new();
@@ -830,7 +833,7 @@ mod tests {
     /// (duplicates included), and with candidates from different qs.
     #[test]
     fn lossless_statistical_multi() {
-        let mut rng = Rng::new(77);
+        let mut rng = seeded(77);
         let n = 200_000;
         for (name, p, q) in pairs() {
             for k in [2usize, 3] {
@@ -872,7 +875,7 @@ mod tests {
 
     #[test]
     fn multi_edge_cases() {
-        let mut rng = Rng::new(3);
+        let mut rng = seeded(3);
         let p = d(&[(1, 0.7), (2, 0.3)]);
         // no candidates: plain draw
         let (y, w) = verify_multi(&p, &[], &mut rng);
@@ -897,7 +900,7 @@ mod tests {
     #[test]
     fn chain_all_accepted_when_q_equals_p() {
         let ps = vec![d(&[(1, 0.5), (2, 0.5)]), d(&[(1, 0.2), (3, 0.8)]), d(&[(4, 0.25), (5, 0.75)])];
-        let mut rng = Rng::new(4);
+        let mut rng = seeded(4);
         let n = 100_000;
         let mut bonus = HashMap::new();
         for _ in 0..n {
@@ -916,7 +919,7 @@ mod tests {
     #[test]
     fn chain_rejection_stops() {
         let ps = vec![d(&[(1, 1.0)]), d(&[(2, 1.0)]), d(&[(3, 1.0)])];
-        let mut rng = Rng::new(6);
+        let mut rng = seeded(6);
         let drafts = vec![(1, Dist::point(1)), (9, Dist::point(9))];
         assert_eq!(verify_chain(&ps, &drafts, false, &mut rng), vec![1, 2]);
         assert_eq!(verify_chain(&ps, &drafts, true, &mut rng), vec![1, 2]);
@@ -961,7 +964,7 @@ mod tests {
                 }
             }
         }
-        let mut rng = Rng::new(99);
+        let mut rng = seeded(99);
         let n = 200_000u64;
         let mut emp2: HashMap<Vec<i32>, f64> = HashMap::new();
         let mut emp3: HashMap<Vec<i32>, f64> = HashMap::new();
@@ -1003,7 +1006,7 @@ mod tests {
             v[1..].to_vec()
         };
         let want = greedy_decode(3);
-        let mut rng = Rng::new(0);
+        let mut rng = seeded(0);
         for x0 in 0..4 {
             for x1 in 0..4 {
                 let ps = [target(0), target(x0), target(x1)];

@@ -15,7 +15,7 @@ use super::sampler::argmax;
 use crate::core::drafter::{Draft, Drafter};
 use crate::core::events::TokenSource;
 use crate::core::prompt::common_prefix;
-use crate::core::rng::Rng;
+use crate::core::random::{self, SamplingRng};
 use crate::core::verify::Dist;
 
 /// Candidates kept from the draft's distribution when sampling: q only has
@@ -31,7 +31,7 @@ pub struct DraftModel<'m> {
     /// Per request: temperature (<= 0 → greedy drafts), confidence floor, rng.
     temperature: f32,
     p_min: f32,
-    rng: Rng,
+    rng: SamplingRng,
     /// Time spent in the last `draft` call, for the cost model.
     pub last_ms: f64,
     /// Tokens decoded by the last `draft` call (catch-up plus drafted).
@@ -53,7 +53,7 @@ impl<'m> DraftModel<'m> {
             n_batch,
             temperature: 0.0,
             p_min: 0.0,
-            rng: Rng::new(0),
+            rng: random::seeded(0),
             last_ms: 0.0,
             last_decoded: 0,
             last_proposed: 0,
@@ -88,7 +88,7 @@ impl<'m> DraftModel<'m> {
     pub fn configure(&mut self, temperature: f32, p_min: f32, seed: u64) {
         self.temperature = temperature;
         self.p_min = p_min;
-        self.rng = Rng::new(seed);
+        self.rng = random::seeded(seed);
     }
 
     pub fn reset(&mut self) {

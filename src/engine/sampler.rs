@@ -13,8 +13,8 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 
 use crate::core::error::{EngineError, Result};
+use crate::core::random::{self, Rng, SamplingRng};
 use crate::core::request::{CompletionRequest, SamplingParams};
-use crate::core::rng::Rng;
 use crate::core::verify::Dist;
 
 /// What `sample` returns when the chain leaves no candidate (a grammar that is
@@ -33,7 +33,7 @@ pub struct TokenSampler {
     /// Mirostat picks the token itself (and adapts after each pick).
     mirostat: Option<LlamaSampler>,
     greedy: bool,
-    rng: Rng,
+    rng: SamplingRng,
     scratch: Vec<LlamaTokenData>,
 }
 
@@ -80,7 +80,7 @@ impl TokenSampler {
                 }
                 shape.push(LlamaSampler::temp(p.temperature));
             } else {
-                let seed = p.seed.unwrap_or_else(|| Rng::from_entropy().next_u64() as u32);
+                let seed = p.seed.unwrap_or_else(|| random::from_os().random());
                 shape.push(LlamaSampler::temp(p.temperature));
                 mirostat = Some(if p.mirostat == 1 {
                     LlamaSampler::mirostat(n_vocab, seed, p.mirostat_tau, p.mirostat_eta, 100)
@@ -90,8 +90,8 @@ impl TokenSampler {
             }
         }
         let rng = match p.seed {
-            Some(seed) => Rng::new(seed as u64),
-            None => Rng::from_entropy(),
+            Some(seed) => random::seeded(seed as u64),
+            None => random::from_os(),
         };
         let chain = |v: Vec<LlamaSampler>| (!v.is_empty()).then(|| LlamaSampler::chain_simple(v));
         Ok(TokenSampler { history: chain(history), grammar, shape: chain(shape), mirostat, greedy, rng, scratch: Vec::new() })
@@ -208,7 +208,7 @@ impl TokenSampler {
         (token.map_or(DEAD_END, LlamaToken), Some(dist))
     }
 
-    pub fn rng(&mut self) -> &mut Rng {
+    pub fn rng(&mut self) -> &mut SamplingRng {
         &mut self.rng
     }
 }

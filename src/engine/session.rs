@@ -22,8 +22,8 @@ use crate::core::events::{
 };
 use crate::core::ngram::{NgramCache, NgramDrafter, NgramParams, CLASS_PRIORS};
 use crate::core::prompt;
+use crate::core::random::{self, Rng};
 use crate::core::request::{CompletionRequest, PromptPart, SpecMode};
-use crate::core::rng::Rng;
 use crate::core::text::TextStream;
 use crate::core::verify::{verify_multi, verify_stochastic, Dist, Verdict};
 
@@ -517,7 +517,7 @@ impl<'m> Session<'m> {
             d
         });
         if let Some(d) = self.draft.as_mut() {
-            let seed = req.sampling.seed.map(|s| s as u64 ^ 0x9E37_79B9_7F4A_7C15).unwrap_or_else(|| Rng::from_entropy().next_u64());
+            let seed = req.sampling.seed.map(|s| s as u64 ^ 0x9E37_79B9_7F4A_7C15).unwrap_or_else(|| random::from_os().random());
             d.configure(req.sampling.temperature, spec.p_min, seed);
         }
         let ctl_key: ControllerKey = (spec.n_max, spec.adaptive, sampler.is_greedy());
