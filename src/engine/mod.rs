@@ -3,6 +3,7 @@
 //! a time. Nothing here knows about N-API.
 
 pub mod draft_model;
+pub mod ggml_setup;
 pub mod model;
 pub mod sampler;
 pub mod session;

@@ -10,22 +10,28 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 
+use super::ggml_setup;
 use crate::core::error::{EngineError, ErrorCode, Result};
 pub use crate::core::options::EngineOptions;
 
 /// llama.cpp's backend initialises once per process; every engine shares it.
+/// The settings exactness needs (`ggml_setup`) are applied first, so they
+/// hold for every model and computation of the process.
 pub fn backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            LlamaBackend::init()
+            ggml_setup::turn_off_tiled_matmul();
+            let backend = LlamaBackend::init()
                 .map(|mut b| {
                     if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
                         b.void_logs();
                     }
                     b
                 })
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            ggml_setup::disable_extra_buffer_types();
+            Ok(backend)
         })
         .as_ref()
         .map_err(|e| EngineError::internal(format!("llama.cpp backend: {e}")))
