@@ -124,6 +124,13 @@ export interface SpeculativeStats {
   target_passes: number
   draft_ms: number
   drafters: Record<string, { n_drafted: number; n_accepted: number }>
+  /**
+   * The engine's load-time self-check (`status().batchInvariant`). When true,
+   * greedy speculative output is bit-identical to mode "off" (tokens and
+   * probabilities). When false, verification batches may round differently
+   * from one-token decoding, and output may differ from "off" in near-ties.
+   */
+  batch_invariant: boolean
 }
 
 export interface CompletionResult {
@@ -160,6 +167,14 @@ export interface EngineStatus {
   batchSize?: number
   threads?: number
   vocabSize?: number
+  /**
+   * The load-time self-check: a run of tokens decoded one at a time and as
+   * batches of 2, 4, 8, 16 and 33 rows gave bit-identical logits at every
+   * row. True means greedy speculation is bit-exact on this engine.
+   */
+  batchInvariant?: boolean
+  /** What the self-check found, in words (the first differing row when it failed). */
+  batchInvariance?: string
   tokensCached?: number
   /** Measured cost (ms) of a target batch of n tokens, at index n. */
   batchCostMs?: Array<number | null>

@@ -143,6 +143,8 @@ impl NativeEngine {
             "batchSize": info.n_batch,
             "threads": info.threads,
             "vocabSize": info.n_vocab,
+            "batchInvariant": info.batch_invariant,
+            "batchInvariance": info.batch_invariance,
             "tokensCached": st.tokens_cached,
             "batchCostMs": st.batch_cost_ms,
             "draftStepMs": st.draft_step_ms,

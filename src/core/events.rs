@@ -88,6 +88,10 @@ pub struct SpeculativeStats {
     pub target_passes: usize,
     pub draft_ms: f64,
     pub drafters: std::collections::BTreeMap<String, DrafterStats>,
+    /// The engine's load-time self-check (`status().batchInvariant`): when
+    /// false, verification batches may round differently from one-token
+    /// decoding and greedy output may differ from mode "off" in near-ties.
+    pub batch_invariant: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -8,6 +8,7 @@ pub mod events;
 #[cfg(test)]
 mod fuzz;
 pub mod gbnf;
+pub mod invariance;
 pub mod ngram;
 pub mod options;
 pub mod prompt;

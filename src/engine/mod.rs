@@ -205,7 +205,7 @@ impl Engine {
         if let Some(pos) = st.jobs.iter().position(|j| j.id == id) {
             let job = st.jobs.remove(pos).expect("position is in range");
             drop(st);
-            let result = session::aborted_before_start(&job.request, &self.info);
+            let result = session::aborted_before_start(&job.request, &self.info, self.info.batch_invariant);
             job.sink.finish(Ok(result));
         }
     }
@@ -310,7 +310,10 @@ fn engine_thread(
         }
     };
     publish(&session);
-    if ready.send(Ok((models.target.clone(), models.info.clone()))).is_err() {
+    let mut info = models.info.clone();
+    info.batch_invariant = session.invariance().holds();
+    info.batch_invariance = session.invariance().to_string();
+    if ready.send(Ok((models.target.clone(), info))).is_err() {
         return;
     }
     // Fault injection for the test suite: with LLAMA_ENGINE_FAULT_INJECTION=1

@@ -49,6 +49,10 @@ pub struct ModelInfo {
     pub add_bos: bool,
     pub eog: Vec<i32>,
     pub draft_name: Option<String>,
+    /// The load-time self-check (`core::invariance`): logits bit-identical
+    /// alone and inside a batch, and what it found.
+    pub batch_invariant: bool,
+    pub batch_invariance: String,
 }
 
 pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Box<dyn FnMut(f32) + Send>>) -> Result<Arc<LlamaModel>> {
@@ -118,6 +122,8 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         add_bos: vocab.should_add_bos(),
         eog,
         draft_name: opts.draft_model_path.as_deref().map(file_name),
+        batch_invariant: false,
+        batch_invariance: "not checked yet".into(),
     }
 }
 

@@ -20,6 +20,7 @@ use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::events::{
     CompletionResult, DrafterStats, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource,
 };
+use crate::core::invariance::{InvarianceCheck, CHECK_SIZES};
 use crate::core::ngram::{NgramCache, NgramDrafter, NgramParams, CLASS_PRIORS};
 use crate::core::prompt;
 use crate::core::random::{self, Rng};
@@ -79,6 +80,8 @@ pub struct Session<'m> {
     /// of one request. Keyed by the settings it was made for.
     model_ctl: Option<(ControllerKey, DraftController)>,
     ngram: NgramStore,
+    /// The load-time self-check: are logits bit-identical alone and in a batch?
+    invariance: InvarianceCheck,
 }
 
 /// (n_max, adaptive, greedy): requests with these equal share a controller.
@@ -123,9 +126,14 @@ impl<'m> Session<'m> {
             draft_prefill_ms: None,
             model_ctl: None,
             ngram,
+            invariance: InvarianceCheck::default(),
         };
-        session.calibrate();
+        session.invariance = session.calibrate();
         Ok(session)
+    }
+
+    pub fn invariance(&self) -> &InvarianceCheck {
+        &self.invariance
     }
 
     pub fn tokens_cached(&self) -> usize {
@@ -306,32 +314,38 @@ impl<'m> Session<'m> {
 
     /// Measures, once at load, what a target batch of n tokens costs on this
     /// machine and what a draft-model step costs, so the controller can price
-    /// a draft before the first one is tried. Leaves both caches empty.
-    fn calibrate(&mut self) {
-        let vocab = self.models.target.vocab();
-        let token = if (0..self.models.info.n_vocab).contains(&vocab.bos().0) { vocab.bos() } else { LlamaToken(0) };
-        // A short context first, like a real prompt; the first decode warms up.
-        let warm: Vec<LlamaToken> = vec![token; 32.min(self.n_ctx() / 2)];
-        if self.eval(&warm, None).is_err() {
-            self.reset();
-            return;
+    /// a draft before the first one is tried; and checks that every position
+    /// of those batches gets bit-identical logits to plain decoding of the
+    /// same tokens, one at a time (`core::invariance`). Leaves both caches
+    /// empty.
+    fn calibrate(&mut self) -> InvarianceCheck {
+        let start = Instant::now();
+        let mut check = InvarianceCheck::default();
+        let tokens = self.calibration_tokens();
+        let (n_ctx, n_batch) = (self.n_ctx(), self.models.info.n_batch as usize);
+        // A short context first, like a real prompt (it also warms up).
+        let prefix = 32.min(n_ctx / 4).max(1);
+        let base = prefix;
+        let sizes: Vec<usize> = CHECK_SIZES.into_iter().filter(|&n| base + n < n_ctx && n <= n_batch).collect();
+        let outcome = self.eval(&tokens[..prefix], None).and_then(|_| {
+            // Plain decoding of the rows, one token at a time: the reference
+            // every batch is compared with (and the cost of a batch of one).
+            let rows = &tokens[base..base + sizes.last().copied().unwrap_or(1)];
+            let mut reference = Vec::with_capacity(rows.len());
+            for (i, &t) in rows.iter().enumerate() {
+                self.decode_alone(t, base + i)?;
+                reference.push(self.ctx.get_logits_ith(0).to_vec());
+            }
+            for &n in &sizes {
+                self.check_batch(&rows[..n], base, &reference[..n], &mut check)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = outcome {
+            check.fail(e.message);
         }
-        let base = self.cached.len();
-        for n in [1usize, 1, 2, 4, 8, 16, 1, 2] {
-            if base + n + 1 >= self.n_ctx() || n > self.models.info.n_batch as usize {
-                break;
-            }
-            self.batch.clear();
-            for i in 0..n {
-                let _ = self.batch.add(token, (base + i) as i32, &[0], true);
-            }
-            let t = Instant::now();
-            if self.ctx.decode(&mut self.batch).is_err() {
-                break;
-            }
-            self.costs.observe(n, ms(t));
-            let _ = self.ctx.kv_cache_seq_rm(0, Some(base as u32), None);
-        }
+        check.ms = ms(start);
+        let token = tokens[0];
         if let Some(d) = self.draft.as_mut() {
             let steps: Vec<f64> = (0..3).filter_map(|_| d.measure_step_ms(token)).collect();
             self.draft_step_ms = steps.into_iter().reduce(f64::min);
@@ -339,6 +353,56 @@ impl<'m> Session<'m> {
             self.draft_prefill_ms = d.measure_batch_ms(token, 32);
         }
         self.reset();
+        check
+    }
+
+    /// Varied, real tokens for calibration (prose, code, digits, accents),
+    /// enough for the prefix and the largest checked batch.
+    fn calibration_tokens(&self) -> Vec<LlamaToken> {
+        const TEXT: &str = "The lighthouse keeper wrote down the weather at 6:45 every evening. \
+            fn main() { let total: u32 = (1..=10).map(|x| x * x).sum(); println!(\"{total}\"); } \
+            Naïve café owners in Zürich sold 1,024 croissants; 37% were déjà réservés. \
+            {\"name\": \"Alice\", \"age\": 31, \"tags\": [\"a\", \"b\"]} <div class=\"note\">Done.</div>";
+        let n = 32 + CHECK_SIZES[CHECK_SIZES.len() - 1];
+        let vocab = self.models.target.vocab();
+        let mut tokens: Vec<LlamaToken> = vocab.tokenize(TEXT.as_bytes(), false, false);
+        tokens.retain(|t| (0..self.models.info.n_vocab).contains(&t.0));
+        if tokens.is_empty() {
+            tokens.push(LlamaToken(0));
+        }
+        tokens.iter().copied().cycle().take(n).collect()
+    }
+
+    /// Decodes one token at `pos` (the cache holds positions before it) with
+    /// its logits, timed as a batch of one.
+    fn decode_alone(&mut self, token: LlamaToken, pos: usize) -> Result<()> {
+        self.batch.clear();
+        self.batch.add(token, pos as i32, &[0], true).map_err(|e| EngineError::internal(format!("batch: {e}")))?;
+        let t = Instant::now();
+        self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
+        self.costs.observe(1, ms(t));
+        Ok(())
+    }
+
+    /// Decodes `rows` as one batch at positions from `base` (timed) and
+    /// compares every row's logits bit for bit with `reference`, the same
+    /// rows decoded one at a time. Leaves the cache at `base`.
+    fn check_batch(&mut self, rows: &[LlamaToken], base: usize, reference: &[Vec<f32>], check: &mut InvarianceCheck) -> Result<()> {
+        let n = rows.len();
+        let cache_err = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| EngineError::internal(format!("kv cache: {e}"));
+        self.ctx.kv_cache_seq_rm(0, Some(base as u32), None).map_err(cache_err)?;
+        self.batch.clear();
+        for (i, &t) in rows.iter().enumerate() {
+            self.batch.add(t, (base + i) as i32, &[0], true).map_err(|e| EngineError::internal(format!("batch: {e}")))?;
+        }
+        let t = Instant::now();
+        self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
+        self.costs.observe(n, ms(t));
+        if (0..n).all(|r| check.compare(n, r, &reference[r], self.ctx.get_logits_ith(r as i32))) {
+            check.passed(n);
+        }
+        self.ctx.kv_cache_seq_rm(0, Some(base as u32), None).map_err(cache_err)?;
+        Ok(())
     }
 
     /// One step with a draft tree: the pending token and every distinct
@@ -476,7 +540,7 @@ impl<'m> Session<'m> {
         let info = &self.models.info;
         let n_ctx = self.n_ctx();
         if cancel.load(Ordering::SeqCst) {
-            return Ok(aborted_before_start(req, info));
+            return Ok(aborted_before_start(req, info, self.invariance.holds()));
         }
         let t_start = Instant::now();
         let grammar = Self::grammar(req)?;
@@ -500,7 +564,7 @@ impl<'m> Session<'m> {
         let tokens_cached = n_past;
         sampler.accept_prompt(&tokens);
         if !self.eval(&tokens[n_past..], Some(cancel))? {
-            let mut r = aborted_before_start(req, info);
+            let mut r = aborted_before_start(req, info, self.invariance.holds());
             r.tokens_evaluated = n_prompt;
             r.tokens_cached = tokens_cached;
             return Ok(r);
@@ -801,8 +865,13 @@ impl<'m> Session<'m> {
             self.model_ctl = Some((ctl_key, slot.ctl.clone()));
         }
         let predicted_ms = ms(t_gen);
-        let mut stats =
-            SpeculativeStats { mode: req.speculative.mode.as_str().into(), target_passes: passes, draft_ms, ..Default::default() };
+        let mut stats = SpeculativeStats {
+            mode: req.speculative.mode.as_str().into(),
+            target_passes: passes,
+            draft_ms,
+            batch_invariant: self.invariance.holds(),
+            ..Default::default()
+        };
         for slot in &slots {
             stats.n_drafted += slot.stats.n_drafted;
             stats.n_accepted += slot.stats.n_accepted;
@@ -881,13 +950,13 @@ pub struct NgramStore {
 }
 
 /// The result of a request that was aborted before it produced anything.
-pub fn aborted_before_start(req: &CompletionRequest, info: &ModelInfo) -> CompletionResult {
+pub fn aborted_before_start(req: &CompletionRequest, info: &ModelInfo, batch_invariant: bool) -> CompletionResult {
     CompletionResult {
         stop: true,
         model: info.name.clone(),
         stopped_abort: true,
         generation_settings: req.generation_settings(info.n_ctx, &info.name),
-        speculative: SpeculativeStats { mode: req.speculative.mode.as_str().into(), ..Default::default() },
+        speculative: SpeculativeStats { mode: req.speculative.mode.as_str().into(), batch_invariant, ..Default::default() },
         completion_probabilities: (req.n_probs > 0).then(Vec::new),
         ..Default::default()
     }
