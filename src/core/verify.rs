@@ -17,7 +17,6 @@
 // `!(x > 0.0)` is deliberate throughout: it also catches NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::random::Rng;
@@ -339,34 +338,6 @@ impl<'a> Excess<'a> {
     }
 }
 
-/// p minus q, clamped at 0, renormalised: the distribution to resample from
-/// after a rejection. None if p <= q everywhere (callers then fall back to
-/// p). With q a point mass at x this is p with x removed, renormalised.
-pub fn residual(p: &Dist, q: &Dist) -> Option<Dist> {
-    let ex = Excess::new(p, q);
-    let mut d = Dist { ids: Vec::with_capacity(p.ids.len()), probs: Vec::new() };
-    let mut w: Vec<f64> = Vec::with_capacity(p.ids.len());
-    let mut total = 0.0;
-    ex.for_each(|id, x| {
-        d.ids.push(id);
-        w.push(x);
-        total += x;
-    });
-    if !(total > 0.0) {
-        return None;
-    }
-    let inv = 1.0 / total;
-    d.probs = w.into_iter().map(|x| (x * inv) as f32).collect();
-    if d.probs.iter().any(|&p| p <= 0.0) {
-        d.retain_positive(); // f32 underflow of minuscule differences
-    }
-    if d.ids.is_empty() {
-        None
-    } else {
-        Some(d)
-    }
-}
-
 /// Probability that a draft `x` drawn from `q` is accepted against `p`:
 /// min(1, p(x)/q(x)); 0 when p(x) = 0; 1 when p(x) > 0 but q(x) = 0
 /// (the limit; such an x could not have come from q).
@@ -409,49 +380,40 @@ pub fn verify_stochastic(p: &Dist, q: &Dist, x: i32, rng: &mut (impl Rng + ?Size
     Verdict::Reject { token }
 }
 
-/// Multi-branch verification: several drafts for the same position, each
-/// with the `q` it was drawn from (drawn independently). Candidates are tried
-/// in order; candidate j is accepted with probability min(1, p_j(x)/q_j(x))
-/// where p_0 = p and, after each rejection, p_{j+1} = normalize(max(0, p_j −
-/// q_j)) (kept as p_j if that is empty). If all are rejected the token is
-/// drawn from the final residual. Returns the token and the index of the
-/// accepted candidate. The output is distributed as `p`. A candidate
-/// repeating an earlier rejected token may now have p_j(x) = 0; it is then
-/// rejected and still updates the residual with its q.
-/// No candidates: a plain draw from `p`. Degenerate empty `p`: the first
-/// candidate is accepted (or `(-1, None)` with no candidates).
-pub fn verify_multi(p: &Dist, candidates: &[(i32, &Dist)], rng: &mut (impl Rng + ?Sized)) -> (i32, Option<usize>) {
-    if p.is_empty() {
-        return match candidates.first() {
-            Some(&(x, _)) => (x, Some(0)),
-            None => (-1, None),
-        };
-    }
-    let mut cur: Cow<'_, Dist> = Cow::Borrowed(p);
-    let last = candidates.len().saturating_sub(1);
-    for (j, &(x, q)) in candidates.iter().enumerate() {
-        let a = accept_probability(&cur, q, x);
-        if rng.random::<f64>() < a {
-            return (x, Some(j));
-        }
-        if j == last {
-            let t = Excess::new(&cur, q).sample(rng).or_else(|| cur.sample(rng));
-            return (t.or_else(|| p.argmax()).unwrap_or(x), None);
-        }
-        if let Some(r) = residual(&cur, q) {
-            cur = Cow::Owned(r);
-        }
-    }
-    // no candidates
-    (p.sample(rng).or_else(|| p.argmax()).unwrap_or(-1), None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::random::seeded;
 
     // The explicit forms of what the engine computes implicitly, as oracles.
+
+    /// p minus q, clamped at 0, renormalised: the distribution to resample from
+    /// after a rejection. None if p <= q everywhere (callers then fall back to
+    /// p). With q a point mass at x this is p with x removed, renormalised.
+    fn residual(p: &Dist, q: &Dist) -> Option<Dist> {
+        let ex = Excess::new(p, q);
+        let mut d = Dist { ids: Vec::with_capacity(p.ids.len()), probs: Vec::new() };
+        let mut w: Vec<f64> = Vec::with_capacity(p.ids.len());
+        let mut total = 0.0;
+        ex.for_each(|id, x| {
+            d.ids.push(id);
+            w.push(x);
+            total += x;
+        });
+        if !(total > 0.0) {
+            return None;
+        }
+        let inv = 1.0 / total;
+        d.probs = w.into_iter().map(|x| (x * inv) as f32).collect();
+        if d.probs.iter().any(|&p| p <= 0.0) {
+            d.retain_positive(); // f32 underflow of minuscule differences
+        }
+        if d.ids.is_empty() {
+            None
+        } else {
+            Some(d)
+        }
+    }
 
     /// Greedy verification: accept iff `x == argmax(p)`, else
     /// `Reject { token: argmax(p) }`. Degenerate empty `p`: accepted.
@@ -827,72 +789,6 @@ mod tests {
             let tv = tv_counts(&c, n, &p);
             assert!(tv < 0.01, "{name}: TV {tv}");
         }
-    }
-
-    /// Same for verify_multi with 2 and 3 candidates drawn i.i.d. from q
-    /// (duplicates included), and with candidates from different qs.
-    #[test]
-    fn lossless_statistical_multi() {
-        let mut rng = seeded(77);
-        let n = 200_000;
-        for (name, p, q) in pairs() {
-            for k in [2usize, 3] {
-                let mut c = HashMap::new();
-                let mut cands: Vec<(i32, &Dist)> = Vec::with_capacity(k);
-                for _ in 0..n {
-                    cands.clear();
-                    for _ in 0..k {
-                        cands.push((q.sample(&mut rng).unwrap(), &q));
-                    }
-                    let (y, which) = verify_multi(&p, &cands, &mut rng);
-                    if let Some(j) = which {
-                        assert_eq!(cands[j].0, y);
-                    }
-                    *c.entry(y).or_insert(0) += 1;
-                }
-                let tv = tv_counts(&c, n, &p);
-                assert!(tv < 0.01, "{name} k={k}: TV {tv}");
-            }
-        }
-        // heterogeneous drafters: one sampled, one greedy, one disjoint
-        let p = d(&[(1, 0.4), (2, 0.3), (3, 0.2), (4, 0.1)]);
-        let q1 = d(&[(1, 0.1), (2, 0.6), (3, 0.3)]);
-        let q2 = Dist::point(1);
-        let q3 = d(&[(9, 0.5), (4, 0.5)]);
-        let mut c = HashMap::new();
-        let mut accepted = [0u64; 4];
-        for _ in 0..n {
-            let cands = [(q1.sample(&mut rng).unwrap(), &q1), (1, &q2), (q3.sample(&mut rng).unwrap(), &q3)];
-            let (y, which) = verify_multi(&p, &cands, &mut rng);
-            accepted[which.unwrap_or(3)] += 1;
-            *c.entry(y).or_insert(0) += 1;
-        }
-        let tv = tv_counts(&c, n, &p);
-        assert!(tv < 0.01, "heterogeneous: TV {tv}");
-        // first candidate accepted with probability Σ min(p, q1)
-        assert!(close(accepted[0] as f64 / n as f64, expected_acceptance(&p, &q1), 0.005));
-    }
-
-    #[test]
-    fn multi_edge_cases() {
-        let mut rng = seeded(3);
-        let p = d(&[(1, 0.7), (2, 0.3)]);
-        // no candidates: plain draw
-        let (y, w) = verify_multi(&p, &[], &mut rng);
-        assert!(w.is_none() && (y == 1 || y == 2));
-        // the same greedy draft twice: the second sees p without x, so it is
-        // always rejected, and the output is then never x.
-        let q = Dist::point(1);
-        for _ in 0..10_000 {
-            let (y, w) = verify_multi(&p, &[(1, &q), (1, &q)], &mut rng);
-            match w {
-                Some(0) => assert_eq!(y, 1),
-                None => assert_eq!(y, 2),
-                other => panic!("{other:?}"),
-            }
-        }
-        // target point mass on the repeated token: accepted at once
-        assert_eq!(verify_multi(&Dist::point(1), &[(1, &q), (1, &q)], &mut rng), (1, Some(0)));
     }
 
     // ---------------------------------------------------------------- chain

@@ -12,7 +12,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
 use super::sampler::argmax;
-use crate::core::drafter::{Draft, Drafter};
+use crate::core::drafter::{Draft, Drafter, SpareBranches};
 use crate::core::events::TokenSource;
 use crate::core::prompt::common_prefix;
 use crate::core::random::{self, SamplingRng};
@@ -42,6 +42,8 @@ pub struct DraftModel<'m> {
     /// the time that took (part of `last_ms`).
     pub last_synced: usize,
     pub last_sync_ms: f64,
+    /// The branches of the last draft tree that were not proposed.
+    spares: SpareBranches,
 }
 
 impl<'m> DraftModel<'m> {
@@ -59,6 +61,7 @@ impl<'m> DraftModel<'m> {
             last_proposed: 0,
             last_synced: 0,
             last_sync_ms: 0.0,
+            spares: SpareBranches::default(),
         }
     }
 
@@ -89,11 +92,13 @@ impl<'m> DraftModel<'m> {
         self.temperature = temperature;
         self.p_min = p_min;
         self.rng = random::seeded(seed);
+        self.spares.clear();
     }
 
     pub fn reset(&mut self) {
         self.ctx.clear_kv_cache();
         self.cached.clear();
+        self.spares.clear();
     }
 
     /// Time to decode one token on the draft model (for calibration).
@@ -162,17 +167,48 @@ impl<'m> DraftModel<'m> {
 
 /// One root-to-leaf path of a draft tree; branches share their prefixes.
 #[derive(Debug, Clone)]
-pub struct Branch {
-    pub tokens: Vec<i32>,
+struct Branch {
+    tokens: Vec<i32>,
 }
 
 impl DraftModel<'_> {
-    /// Drafts a tree of up to `n_branches` paths, `depth` tokens deep, as the
-    /// seeds' speculative.cpp: a branch splits when a runner-up candidate is
-    /// more probable than `p_split`. Tokens are the model's top candidates
-    /// (deterministic), so each is a point mass for stochastic verification.
+    /// Drafts with a tree, as the seeds' speculative.cpp: up to `n_branches`
+    /// paths, `depth` tokens deep, a branch splitting where a runner-up
+    /// candidate is more probable than `p_split`. Tokens are the model's top
+    /// candidates (deterministic), so each is a point mass for stochastic
+    /// verification.
+    ///
+    /// Only the first branch (the top candidates all the way) is proposed;
+    /// the others are kept. Where the target rejects the proposal at a split
+    /// and its own token starts another branch, the rest of that branch is
+    /// the next step's draft, without running the draft model (`spare`).
+    /// The target so verifies one chain per step, in the cells plain
+    /// decoding would use: verifying all branches in one batch would put
+    /// the later branches' nodes behind cells of the first, and attention
+    /// would then sum in another order than plain decoding does.
+    pub fn draft_tree(&mut self, history: &[i32], depth: usize, n_branches: usize, p_split: f32) -> Option<Draft> {
+        if let Some(d) = self.spare(history, depth) {
+            return Some(d);
+        }
+        let mut branches = self.grow_tree(history, depth, n_branches, p_split)?.into_iter().map(|b| b.tokens);
+        let first = branches.next()?;
+        self.spares.keep(history, branches);
+        Some(point_masses(first))
+    }
+
+    /// The rest of a kept branch that continues `history`, up to `n` tokens.
+    fn spare(&mut self, history: &[i32], n: usize) -> Option<Draft> {
+        let tokens = self.spares.continuation(history, n)?;
+        self.last_ms = 0.0;
+        self.last_decoded = 0;
+        self.last_proposed = tokens.len();
+        self.last_synced = 0;
+        self.last_sync_ms = 0.0;
+        Some(point_masses(tokens))
+    }
+
     /// Branch b lives in sequence b + 1 of the draft cache while drafting.
-    pub fn draft_tree(&mut self, history: &[i32], depth: usize, n_branches: usize, p_split: f32) -> Option<Vec<Branch>> {
+    fn grow_tree(&mut self, history: &[i32], depth: usize, n_branches: usize, p_split: f32) -> Option<Vec<Branch>> {
         let start = Instant::now();
         self.last_decoded = 0;
         self.last_proposed = 0;
@@ -247,6 +283,11 @@ impl DraftModel<'_> {
         self.last_proposed = branches.iter().map(|b| b.tokens.len()).sum();
         (!branches.is_empty()).then_some(branches)
     }
+}
+
+/// A draft of deterministic choices: each token a point mass for verification.
+fn point_masses(tokens: Vec<i32>) -> Draft {
+    Draft { dists: vec![None; tokens.len()], tokens, source: TokenSource::Draft, classes: Vec::new() }
 }
 
 /// The two largest logits' ids.

@@ -11,7 +11,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
-use super::draft_model::{Branch, DraftModel};
+use super::draft_model::DraftModel;
 use super::model::{self, EngineOptions, ModelInfo};
 use super::sampler::{TokenSampler, DEAD_END};
 use crate::core::controller::{BatchCost, DraftController};
@@ -26,7 +26,7 @@ use crate::core::prompt;
 use crate::core::random::{self, Rng};
 use crate::core::request::{CompletionRequest, PromptPart, SpecMode};
 use crate::core::text::TextStream;
-use crate::core::verify::{verify_multi, verify_stochastic, Dist, Verdict};
+use crate::core::verify::{verify_stochastic, Dist, Verdict};
 
 pub struct Models {
     pub target: Arc<LlamaModel>,
@@ -405,137 +405,6 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
-    /// One step with a draft tree: the pending token and every distinct
-    /// node of the tree go to the target in one batch (branch b in sequence
-    /// b + 1, sharing the history of sequence 0); the tree is walked from the
-    /// root, at each depth verifying the children of the accepted node.
-    /// Pushes the step's tokens; returns (nodes drafted, tokens accepted).
-    #[allow(clippy::too_many_arguments)]
-    fn tree_step(
-        &mut self,
-        pending: LlamaToken,
-        branches: &[Branch],
-        sampler: &mut TokenSampler,
-        want_dist: bool,
-        out: &mut Vec<(LlamaToken, TokenSource, Option<Dist>)>,
-        budget: usize,
-        ignore_eos: bool,
-    ) -> Result<(usize, usize)> {
-        // Distinct nodes: (depth, path prefix) with the branches through them.
-        let mut nodes: Vec<(usize, i32, Vec<usize>)> = Vec::new(); // (depth, token, branches)
-        let mut node_of: Vec<Vec<usize>> = vec![Vec::new(); branches.len()]; // branch -> node per depth
-        for (b, br) in branches.iter().enumerate() {
-            for d in 0..br.tokens.len() {
-                let same = (0..b).find(|&o| branches[o].tokens.len() > d && branches[o].tokens[..=d] == br.tokens[..=d]);
-                let n = match same {
-                    Some(o) => node_of[o][d],
-                    None => {
-                        nodes.push((d, br.tokens[d], Vec::new()));
-                        nodes.len() - 1
-                    }
-                };
-                nodes[n].2.push(b);
-                node_of[b].push(n);
-            }
-        }
-        let base = self.cached.len();
-        for b in 0..branches.len() {
-            self.ctx.kv_cache_seq_cp(0, b as i32 + 1, None, None).map_err(|e| EngineError::internal(format!("kv cache: {e}")))?;
-        }
-        self.batch.clear();
-        let all: Vec<i32> = (0..=branches.len() as i32).collect();
-        self.batch.add(pending, base as i32, &all, true).map_err(|e| EngineError::internal(format!("batch: {e}")))?;
-        for (depth, token, through) in &nodes {
-            let seqs: Vec<i32> = through.iter().map(|&b| b as i32 + 1).collect();
-            self.batch
-                .add(LlamaToken(*token), (base + 1 + depth) as i32, &seqs, true)
-                .map_err(|e| EngineError::internal(format!("batch: {e}")))?;
-        }
-        let t = Instant::now();
-        let decoded = self.ctx.decode(&mut self.batch);
-        let elapsed = ms(t);
-        let cleanup = |ctx: &mut LlamaContext, n: usize| {
-            for b in 0..n {
-                let _ = ctx.kv_cache_seq_rm(b as i32 + 1, None, None);
-            }
-        };
-        if let Err(e) = decoded {
-            cleanup(&mut self.ctx, branches.len());
-            return Err(EngineError::internal(format!("llama_decode failed: {e}")));
-        }
-        self.costs.observe(nodes.len() + 1, elapsed);
-        self.cached.push(pending);
-        let vocab = self.models.target.vocab();
-        let greedy = sampler.is_greedy();
-        // Walk: `at` is the batch index whose logits predict the next depth.
-        let mut at = 0i32;
-        let mut alive: Vec<usize> = (0..branches.len()).collect();
-        let mut accepted: Vec<usize> = Vec::new(); // node ids on the accepted path
-        loop {
-            let depth = accepted.len();
-            let mut children: Vec<usize> = Vec::new();
-            for &b in &alive {
-                if let Some(&n) = node_of[b].get(depth) {
-                    if !children.contains(&n) {
-                        children.push(n);
-                    }
-                }
-            }
-            let (token, dist, chosen) = if greedy {
-                let (t, dist) = sampler.sample(&self.ctx, at, want_dist);
-                (t, dist, children.iter().copied().find(|&n| nodes[n].1 == t.0))
-            } else if children.is_empty() {
-                let (t, dist) = sampler.sample(&self.ctx, at, true);
-                (t, dist, None)
-            } else {
-                let p = sampler.distribution(&self.ctx, at);
-                if p.is_empty() {
-                    (DEAD_END, Some(p), None)
-                } else {
-                    let points: Vec<Dist> = children.iter().map(|&n| Dist::point(nodes[n].1)).collect();
-                    let cands: Vec<(i32, &Dist)> = children.iter().zip(&points).map(|(&n, q)| (nodes[n].1, q)).collect();
-                    let (t, which) = verify_multi(&p, &cands, sampler.rng());
-                    (LlamaToken(t), Some(p), which.map(|i| children[i]))
-                }
-            };
-            sampler.accept(token);
-            let source = if chosen.is_some() { TokenSource::Draft } else { TokenSource::Target };
-            out.push((token, source, dist));
-            let Some(n) = chosen else { break };
-            accepted.push(n);
-            alive.retain(|b| nodes[n].2.contains(b));
-            at = 1 + n as i32;
-            if (vocab.is_eog(token) && !ignore_eos) || out.len() >= budget {
-                break;
-            }
-        }
-        // Sequence 0 keeps the accepted path; branch sequences go away. The
-        // path's cells are kept only when they are the batch's leading nodes
-        // (branch 0's prefix), i.e. in position order right after `pending`.
-        // Otherwise they sit behind holes left by rejected nodes, attention
-        // would sum cells in another order than plain decoding does, and the
-        // rounding difference can flip a near-tie: re-decode them in order.
-        let j = accepted.len();
-        let in_order = accepted.iter().enumerate().all(|(i, &n)| n == i);
-        let path: Vec<LlamaToken> = accepted.iter().map(|&n| LlamaToken(nodes[n].1)).collect();
-        if j > 0 && in_order {
-            let b = nodes[accepted[j - 1]].2[0] as i32 + 1;
-            self.ctx
-                .kv_cache_seq_cp(b, 0, Some((base + 1) as u32), Some((base + 1 + j) as u32))
-                .map_err(|e| EngineError::internal(format!("kv cache: {e}")))?;
-            self.cached.extend_from_slice(&path);
-        }
-        cleanup(&mut self.ctx, branches.len());
-        if j > 0 && !in_order {
-            let t = Instant::now();
-            self.eval(&path, None)?;
-            self.costs.observe(j, ms(t));
-        }
-        // The last token pushed is the new pending one, unless the walk ended
-        // on an accepted node (EOG or the budget), which ends generation.
-        Ok((nodes.len(), j))
-    }
-
     fn generate(&mut self, req: &CompletionRequest, sink: &mut dyn EventSink, cancel: &AtomicBool) -> Result<CompletionResult> {
         let info = &self.models.info;
         let n_ctx = self.n_ctx();
@@ -648,7 +517,6 @@ impl<'m> Session<'m> {
                 let mut history: Vec<i32> = self.cached.iter().map(|t| t.0).collect();
                 history.push(p.0);
                 let mut draft: Option<(usize, Draft)> = None;
-                let mut tree: Option<(usize, Vec<Branch>)> = None;
                 if !slots.is_empty() && available > 0 {
                     for (si, slot) in slots.iter_mut().enumerate() {
                         let cost = match slot.kind {
@@ -679,26 +547,13 @@ impl<'m> Session<'m> {
                             continue;
                         }
                         let t = Instant::now();
-                        if slot.kind == DrafterKind::Model && spec.n_parallel > 1 {
-                            // Tree: the whole step (verify, correction, bonus) is done here.
-                            // Every node takes a cache cell: n_parallel branches of
-                            // `depth` nodes must fit in the room left.
-                            let depth = k.min(room / spec.n_parallel);
-                            if depth == 0 {
-                                continue;
+                        let proposed = self.draft.as_mut().and_then(|d| {
+                            if spec.n_parallel > 1 {
+                                d.draft_tree(&history, k, spec.n_parallel, spec.p_split)
+                            } else {
+                                d.draft(&history, k)
                             }
-                            let branches = self.draft.as_mut().and_then(|d| d.draft_tree(&history, depth, spec.n_parallel, spec.p_split));
-                            draft_ms += ms(t);
-                            self.note_draft_cost();
-                            if let Some(branches) =
-                                branches.filter(|b| b.iter().map(|b| b.tokens.len()).max().unwrap_or(0) >= spec.n_min.max(1))
-                            {
-                                tree = Some((si, branches));
-                                break;
-                            }
-                            continue;
-                        }
-                        let proposed = self.draft.as_mut().and_then(|d| d.draft(&history, k));
+                        });
                         draft_ms += ms(t);
                         self.note_draft_cost();
                         if let Some(mut d) = proposed {
@@ -710,80 +565,67 @@ impl<'m> Session<'m> {
                         }
                     }
                 }
-                step_slot = draft.as_ref().map(|(si, _)| *si).or(tree.as_ref().map(|(si, _)| *si));
-                if let Some((si, branches)) = tree.take() {
-                    let (n_nodes, n_ok) =
-                        self.tree_step(p, &branches, &mut sampler, want_dist, &mut step_tokens, budget(n_gen), req.ignore_eos)?;
-                    passes += 1;
-                    let slot = &mut slots[si];
-                    slot.ctl.observe_acceptance(n_nodes.min(branches.iter().map(|b| b.tokens.len()).max().unwrap_or(0)), n_ok);
-                    slot.stats.n_drafted += n_nodes;
-                    slot.stats.n_accepted += n_ok;
-                    step_drafted = n_nodes;
-                    step_accepted = n_ok;
-                    logits_idx = i32::MIN;
-                } else {
-                    let drafted: Vec<i32> = draft.as_ref().map(|(_, d)| d.tokens.clone()).unwrap_or_default();
-                    let t_verify = self.eval_step(p, &drafted)?;
-                    passes += 1;
-                    self.costs.observe(drafted.len() + 1, t_verify);
-                    // Verify drafts in order; each position sees only what was
-                    // accepted before it (penalties, grammar).
-                    let base = self.cached.len() - drafted.len(); // cache length after `p`
-                    let mut n_ok = 0usize;
-                    step_tokens.clear();
-                    if let Some((si, d)) = &draft {
-                        for (i, &x) in d.tokens.iter().enumerate() {
-                            let (token, dist, ok) = if greedy {
-                                let (t, dist) = sampler.sample(&self.ctx, i as i32, want_dist);
-                                (t, dist, t.0 == x)
+                step_slot = draft.as_ref().map(|(si, _)| *si);
+                let drafted: Vec<i32> = draft.as_ref().map(|(_, d)| d.tokens.clone()).unwrap_or_default();
+                let t_verify = self.eval_step(p, &drafted)?;
+                passes += 1;
+                self.costs.observe(drafted.len() + 1, t_verify);
+                // Verify drafts in order; each position sees only what was
+                // accepted before it (penalties, grammar).
+                let base = self.cached.len() - drafted.len(); // cache length after `p`
+                let mut n_ok = 0usize;
+                step_tokens.clear();
+                if let Some((si, d)) = &draft {
+                    for (i, &x) in d.tokens.iter().enumerate() {
+                        let (token, dist, ok) = if greedy {
+                            let (t, dist) = sampler.sample(&self.ctx, i as i32, want_dist);
+                            (t, dist, t.0 == x)
+                        } else {
+                            let pdist = sampler.distribution(&self.ctx, i as i32);
+                            let q = d.dists[i].clone().unwrap_or_else(|| Dist::point(x));
+                            if pdist.is_empty() {
+                                (DEAD_END, Some(pdist), false)
                             } else {
-                                let pdist = sampler.distribution(&self.ctx, i as i32);
-                                let q = d.dists[i].clone().unwrap_or_else(|| Dist::point(x));
-                                if pdist.is_empty() {
-                                    (DEAD_END, Some(pdist), false)
-                                } else {
-                                    match verify_stochastic(&pdist, &q, x, sampler.rng()) {
-                                        Verdict::Accept => (LlamaToken(x), Some(pdist), true),
-                                        Verdict::Reject { token } => (LlamaToken(token), Some(pdist), false),
-                                    }
+                                match verify_stochastic(&pdist, &q, x, sampler.rng()) {
+                                    Verdict::Accept => (LlamaToken(x), Some(pdist), true),
+                                    Verdict::Reject { token } => (LlamaToken(token), Some(pdist), false),
                                 }
-                            };
-                            sampler.accept(token);
-                            let source = if ok { d.source } else { TokenSource::Target };
-                            step_tokens.push((token, source, dist));
-                            if ok {
-                                n_ok += 1;
                             }
-                            if !ok || token == DEAD_END || (vocab.is_eog(token) && !req.ignore_eos) || step_tokens.len() >= budget(n_gen) {
-                                break;
-                            }
-                        }
-                        let slot = &mut slots[*si];
-                        slot.ctl.observe_acceptance(d.len(), n_ok);
-                        slot.ctl.observe_classes(&d.classes, n_ok);
-                        slot.stats.n_drafted += d.len();
-                        slot.stats.n_accepted += n_ok;
-                        match slot.kind {
-                            DrafterKind::Ngram => ngram.as_mut().map(|g| g.accept(n_ok)),
-                            DrafterKind::Model => self.draft.as_mut().map(|g| g.accept(n_ok)),
                         };
-                        if n_ok == d.len() {
-                            slot.ctl.reset_backoff();
+                        sampler.accept(token);
+                        let source = if ok { d.source } else { TokenSource::Target };
+                        step_tokens.push((token, source, dist));
+                        if ok {
+                            n_ok += 1;
+                        }
+                        if !ok || token == DEAD_END || (vocab.is_eog(token) && !req.ignore_eos) || step_tokens.len() >= budget(n_gen) {
+                            break;
                         }
                     }
-                    step_drafted = drafted.len();
-                    step_accepted = n_ok;
-                    // Keep `p` and the accepted drafts; drop rejected positions.
-                    self.truncate_cache(base + n_ok)?;
-                    let all_ok = n_ok == drafted.len();
-                    let last_is_eog = step_tokens.last().is_some_and(|(t, _, _)| *t == DEAD_END || (vocab.is_eog(*t) && !req.ignore_eos));
-                    if all_ok && !last_is_eog && step_tokens.len() < budget(n_gen) {
-                        // Every draft accepted (or none proposed): the target adds one more.
-                        logits_idx = drafted.len() as i32;
-                    } else {
-                        logits_idx = i32::MIN;
+                    let slot = &mut slots[*si];
+                    slot.ctl.observe_acceptance(d.len(), n_ok);
+                    slot.ctl.observe_classes(&d.classes, n_ok);
+                    slot.stats.n_drafted += d.len();
+                    slot.stats.n_accepted += n_ok;
+                    match slot.kind {
+                        DrafterKind::Ngram => ngram.as_mut().map(|g| g.accept(n_ok)),
+                        DrafterKind::Model => self.draft.as_mut().map(|g| g.accept(n_ok)),
+                    };
+                    if n_ok == d.len() {
+                        slot.ctl.reset_backoff();
                     }
+                }
+                step_drafted = drafted.len();
+                step_accepted = n_ok;
+                // Keep `p` and the accepted drafts; drop rejected positions.
+                self.truncate_cache(base + n_ok)?;
+                let all_ok = n_ok == drafted.len();
+                let last_is_eog = step_tokens.last().is_some_and(|(t, _, _)| *t == DEAD_END || (vocab.is_eog(*t) && !req.ignore_eos));
+                if all_ok && !last_is_eog && step_tokens.len() < budget(n_gen) {
+                    // Every draft accepted (or none proposed): the target adds one more.
+                    logits_idx = drafted.len() as i32;
+                } else {
+                    logits_idx = i32::MIN;
                 }
             }
             if logits_idx != i32::MIN {
