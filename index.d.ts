@@ -203,5 +203,9 @@ export declare class LlamaEngine {
   dispose(): Promise<void>
 }
 
-/** Re-quantizes a GGUF model with llama.cpp's quantizer. */
-export declare function quantizeModel(input: string, output: string, ftype: 'Q2_K' | 'Q4_1' | 'Q8_0' | 'F16'): Promise<void>
+/** Re-quantizes a GGUF model with llama.cpp's quantizer (requantizing a quantized model is allowed). */
+export declare function quantizeModel(
+  input: string,
+  output: string,
+  ftype: 'Q2_K' | 'Q3_K_M' | 'Q4_0' | 'Q4_1' | 'Q4_K_M' | 'Q5_K_M' | 'Q6_K' | 'Q8_0' | 'F16' | 'F32',
+): Promise<void>

@@ -23,4 +23,4 @@ function loadTarget(extra = {}) {
   return LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: 2, ...extra })
 }
 
-module.exports = { LlamaEngine, TARGET, DRAFT, F16, GEMMA, MODELS, chat, run, loadTarget }
+module.exports = { LlamaEngine, TARGET, DRAFT, F16, GEMMA, MODELS, model, chat, run, loadTarget }

@@ -143,9 +143,9 @@ function loadBinding() {
   return binding;
 }
 
-async function quantize(name, ftype) {
-  const input = path.join(MODELS, SMOL), dest = path.join(MODELS, name), tmp = `${dest}.tmp`;
-  if (!size(input)) throw new Error(`input ${SMOL} is missing`);
+async function quantize(from, name, ftype) {
+  const input = path.join(MODELS, from), dest = path.join(MODELS, name), tmp = `${dest}.tmp`;
+  if (!size(input)) throw new Error(`input ${from} is missing`);
   const { quantizeModel } = loadBinding();
   try {
     await quantizeModel(input, tmp, ftype);
@@ -157,11 +157,19 @@ async function quantize(name, ftype) {
   }
 }
 
+// Other quantization types of the two models, made with llama.cpp's own
+// quantizer (requantizing where the source is quantized): the draft models
+// and the quant types the exactness tests cover. Named `<model>.<TYPE>.gguf`.
+const made = (from, stem, ftype) => {
+  const name = `${stem}.${ftype}.gguf`;
+  return { name, make: () => quantize(from, name, ftype), verb: 'made' };
+};
+
 const TASKS = [
   { name: SMOL, cached: () => isCached(SMOL), make: fetchSmol, verb: 'fetched' },
   { name: GEMMA, cached: () => isCached(GEMMA), make: fetchGemma, verb: 'fetched' },
-  { name: 'SmolLM2-135M-Instruct.Q2_K.gguf', make: () => quantize('SmolLM2-135M-Instruct.Q2_K.gguf', 'Q2_K'), verb: 'made' },
-  { name: 'SmolLM2-135M-Instruct.F16.gguf', make: () => quantize('SmolLM2-135M-Instruct.F16.gguf', 'F16'), verb: 'made' },
+  ...['Q2_K', 'F16', 'Q4_0', 'Q8_0'].map((t) => made(SMOL, 'SmolLM2-135M-Instruct', t)),
+  ...['Q2_K', 'Q5_K_M', 'Q6_K', 'Q8_0'].map((t) => made(GEMMA, 'gemma-3-270m', t)),
 ];
 
 fs.mkdirSync(PIP_CACHE, { recursive: true });

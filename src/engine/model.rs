@@ -131,15 +131,26 @@ fn file_name(path: &str) -> String {
     Path::new(path).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| path.to_string())
 }
 
+/// The quantization types `quantize` makes (llama.cpp's names).
+const QUANT_TYPES: [(&str, llama_cpp_sys_2::llama_ftype); 10] = [
+    ("Q2_K", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q2_K),
+    ("Q3_K_M", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q3_K_M),
+    ("Q4_0", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_0),
+    ("Q4_1", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_1),
+    ("Q4_K_M", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_K_M),
+    ("Q5_K_M", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q5_K_M),
+    ("Q6_K", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q6_K),
+    ("Q8_0", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q8_0),
+    ("F16", llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_F16),
+    ("F32", llama_cpp_sys_2::LLAMA_FTYPE_ALL_F32),
+];
+
 /// Re-quantizes a GGUF file with llama.cpp's own quantizer.
 pub fn quantize(input: &str, output: &str, ftype: &str) -> Result<()> {
     use llama_cpp_sys_2 as sys;
-    let ftype = match ftype {
-        "Q2_K" => sys::LLAMA_FTYPE_MOSTLY_Q2_K,
-        "Q4_1" => sys::LLAMA_FTYPE_MOSTLY_Q4_1,
-        "Q8_0" => sys::LLAMA_FTYPE_MOSTLY_Q8_0,
-        "F16" => sys::LLAMA_FTYPE_MOSTLY_F16,
-        other => return Err(EngineError::invalid("ftype", format!("unsupported: {other} (Q2_K, Q4_1, Q8_0, F16)"))),
+    let Some(&(_, ftype)) = QUANT_TYPES.iter().find(|(name, _)| *name == ftype) else {
+        let names: Vec<&str> = QUANT_TYPES.iter().map(|(n, _)| *n).collect();
+        return Err(EngineError::invalid("ftype", format!("unsupported: {ftype} ({})", names.join(", "))));
     };
     let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{input}: {why}"));
     check_gguf_magic(Path::new(input)).map_err(fail)?;

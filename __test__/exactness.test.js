@@ -1,0 +1,183 @@
+// Greedy speculation is bit-exact: the same tokens *and the same
+// probabilities* as plain decoding, on every CPU quantization type we make,
+// K-quants included, with long fixed drafts, trees and the adaptive modes.
+// And the load-time self-check (status().batchInvariant) that the guarantee
+// rests on: true here, false when ggml's batch-dependent tiled K-quant path
+// is left on, whichever thread loads the addon first.
+const path = require('node:path')
+const { execFileSync } = require('node:child_process')
+const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, model, run } = require('./helpers')
+
+const ROOT = path.join(__dirname, '..')
+const GEMMA_DRAFT = model('gemma-3-270m.Q2_K.gguf')
+
+// Input-grounded prompts: long accepted drafts, so verification batches are
+// large and every row of them is compared with plain decoding.
+const PASSAGE =
+  'The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a lantern and a small notebook in which he recorded the weather, the ships that passed, and the colour of the sea.'
+const PROMPTS = {
+  repeat: `Repeat the following passage word for word.\n\n${PASSAGE}\n\nPassage:\n`,
+  code: 'Rename the variable total to sum in this JavaScript function:\n\nfunction add(items) {\n  let total = 0;\n  for (const x of items) {\n    total += x.price * x.qty;\n  }\n  return total;\n}\n\nAnswer:\n',
+  json: 'Copy this JSON object, changing "city" to "Paris":\n{"name": "Alice", "age": 31, "city": "London", "tags": ["a", "b"], "active": true}\nResult:\n',
+}
+
+// Fixed lengths make every step draft (up to 16 tokens and well past it);
+// the tree puts 4 branches in one batch; the rest are what users get.
+const MODES = {
+  'ngram n16': { mode: 'ngram', adaptive: false, n_max: 16 },
+  'ngram n48': { mode: 'ngram', adaptive: false, n_max: 48 },
+  'ngram adaptive': { mode: 'ngram' },
+  'draft n16': { mode: 'draft', adaptive: false, n_max: 16, p_min: 0 },
+  'ngram+draft n16': { mode: 'ngram+draft', adaptive: false, n_max: 16, p_min: 0 },
+  'tree 4x6': { mode: 'draft', adaptive: false, n_max: 6, n_parallel: 4, p_split: 0.02, p_min: 0 },
+  'draft adaptive': { mode: 'draft' },
+  auto: { mode: 'auto' },
+}
+
+/** Token ids, and every token's top probabilities exactly as the engine serialised them. */
+function trace(r) {
+  return { ids: r.tokens.map((t) => t.id), probs: r.tokens.map((t) => t.probs), legacy: r.result.completion_probabilities }
+}
+
+async function expectBitExact(engine, prompt, modes, n_predict) {
+  const base = { prompt, n_predict, temperature: 0, n_probs: 3, ignore_eos: true }
+  const off = await run(engine, { ...base, speculative: { mode: 'off' } })
+  expect(off.tokens).toHaveLength(n_predict)
+  expect(off.result.speculative.batch_invariant).toBe(true)
+  const want = trace(off)
+  let drafted = 0
+  for (const name of modes) {
+    const r = await run(engine, { ...base, speculative: MODES[name] })
+    // Labelled, so a failure names the mode; toEqual on floats is bitwise
+    // here (shortest round-trip decimal of the same f32).
+    expect({ mode: name, ...trace(r) }).toEqual({ mode: name, ...want })
+    expect(r.result.speculative.batch_invariant).toBe(true)
+    drafted += r.result.speculative.n_drafted
+  }
+  return drafted
+}
+
+describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', () => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: GEMMA, draftModelPath: GEMMA_DRAFT, contextSize: 1024, threads: 2 })
+  })
+  afterAll(() => engine.dispose())
+
+  test('the self-check passed', () => {
+    const s = engine.status()
+    expect(s.batchInvariant).toBe(true)
+    expect(s.batchInvariance).toMatch(/identical alone and in batches of 2, 4, 8, 16, 33/)
+  })
+
+  test.each(Object.keys(PROMPTS))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
+    const drafted = await expectBitExact(engine, PROMPTS[name], Object.keys(MODES), 96)
+    expect(drafted).toBeGreaterThan(96)
+  }, 600000)
+})
+
+describe.each([
+  ['gemma-3 Q5_K_M', model('gemma-3-270m.Q5_K_M.gguf'), GEMMA_DRAFT],
+  ['gemma-3 Q6_K', model('gemma-3-270m.Q6_K.gguf'), GEMMA_DRAFT],
+  ['gemma-3 Q8_0', model('gemma-3-270m.Q8_0.gguf'), GEMMA_DRAFT],
+  ['SmolLM2 Q4_0', model('SmolLM2-135M-Instruct.Q4_0.gguf'), DRAFT],
+  ['SmolLM2 Q8_0', model('SmolLM2-135M-Instruct.Q8_0.gguf'), DRAFT],
+  ['SmolLM2 Q4_1', TARGET, DRAFT],
+  ['SmolLM2 F16', F16, DRAFT],
+])('bit-exact greedy speculation: %s', (_name, target, draft) => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: target, draftModelPath: draft, contextSize: 1024, threads: 2 })
+  })
+  afterAll(() => engine.dispose())
+
+  test('self-check passed; long fixed drafts, a tree and auto give the same tokens and probabilities as "off"', async () => {
+    expect(engine.status().batchInvariant).toBe(true)
+    const drafted = await expectBitExact(engine, PROMPTS.code, ['ngram n16', 'ngram n48', 'draft n16', 'tree 4x6', 'auto'], 64)
+    expect(drafted).toBeGreaterThan(64)
+  }, 600000)
+})
+
+// Runs `body` (an async function's source, given `LlamaEngine`, `Worker`
+// and the fixture paths) in a fresh Node process whose environment is `env`,
+// and returns what it printed as JSON. ggml reads GGML_CPU_TILED_MM once per
+// process, so these cases cannot share Jest's.
+function inChild(body, env = {}) {
+  const script = `
+    const { Worker } = require('node:worker_threads')
+    const { LlamaEngine } = require(${JSON.stringify(ROOT)})
+    const [GEMMA, SMOL, PROMPTS] = ${JSON.stringify([GEMMA, TARGET, PROMPTS])}
+    const probsOf = (r) => JSON.stringify(r.completion_probabilities)
+    ;(async () => { ${body} })().then((out) => console.log(JSON.stringify(out)), (e) => { console.error(e); process.exit(1) })
+  `
+  const childEnv = { ...process.env, ...env }
+  for (const [k, v] of Object.entries(env)) if (v === undefined) delete childEnv[k]
+  return JSON.parse(execFileSync(process.execPath, ['-e', script], { env: childEnv, timeout: 300000 }).toString())
+}
+
+describe('the load-time self-check', () => {
+  test('finds the tiled K-quant path when a user leaves it on (GGML_CPU_TILED_MM=1), and the result says so', () => {
+    const out = inChild(
+      `
+      const gemma = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 })
+      const smol = await LlamaEngine.load({ modelPath: SMOL, contextSize: 1024, threads: 2 })
+      const differs = []
+      let flag
+      for (const prompt of Object.values(PROMPTS)) {
+        const base = { prompt, n_predict: 64, temperature: 0, n_probs: 3, ignore_eos: true }
+        const off = await gemma.complete({ ...base, speculative: { mode: 'off' } })
+        const spec = await gemma.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
+        differs.push(probsOf(off) !== probsOf(spec))
+        flag = spec.speculative.batch_invariant
+      }
+      const out = { gemma: gemma.status(), smol: smol.status().batchInvariant, differs, flag }
+      await gemma.dispose(); await smol.dispose()
+      return out
+    `,
+      { GGML_CPU_TILED_MM: '1' },
+    )
+    expect(out.gemma.batchInvariant).toBe(false)
+    expect(out.gemma.batchInvariance).toMatch(/^row \d+ of a batch of \d+ differs from the same token decoded alone/)
+    expect(out.flag).toBe(false)
+    // Not a false alarm: speculation really changes the probabilities then,
+    // which is what the bit-exact tests above would catch.
+    expect(out.differs).toContain(true)
+    // Q4_1 has no tiled kernel: still invariant with the variable set.
+    expect(out.smol).toBe(true)
+  })
+
+  test('holds when a worker thread loads the addon first, and for engines loaded after another one ran', () => {
+    const out = inChild(
+      `
+      const code = \`
+        const { parentPort, workerData } = require('node:worker_threads')
+        const { LlamaEngine } = require(workerData.root)
+        LlamaEngine.load({ modelPath: workerData.model, contextSize: 1024, threads: 2 }).then(async (e) => {
+          const base = { prompt: workerData.prompt, n_predict: 48, temperature: 0, n_probs: 3, ignore_eos: true }
+          const off = await e.complete({ ...base, speculative: { mode: 'off' } })
+          const spec = await e.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
+          parentPort.postMessage({ invariant: e.status().batchInvariant, same: JSON.stringify(off.completion_probabilities) === JSON.stringify(spec.completion_probabilities), drafted: spec.speculative.n_drafted })
+          await e.dispose()
+        })\`
+      const worker = await new Promise((resolve, reject) => {
+        const w = new Worker(code, { eval: true, workerData: { root: ${JSON.stringify(ROOT)}, model: GEMMA, prompt: PROMPTS.json } })
+        w.once('message', resolve)
+        w.once('error', reject)
+      })
+      const first = await LlamaEngine.load({ modelPath: SMOL, contextSize: 512, threads: 2 })
+      await first.complete({ prompt: 'Hello', n_predict: 8 })
+      await first.dispose()
+      const later = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 })
+      const out = { worker, later: later.status().batchInvariant, env: process.env.GGML_CPU_TILED_MM }
+      await later.dispose()
+      return out
+    `,
+      { GGML_CPU_TILED_MM: undefined },
+    )
+    expect(out.worker).toEqual({ invariant: true, same: true, drafted: expect.any(Number) })
+    expect(out.worker.drafted).toBeGreaterThan(0)
+    expect(out.later).toBe(true)
+    // The addon set it for the process (the worker got there first).
+    expect(out.env).toBe('0')
+  })
+})
