@@ -9,8 +9,12 @@
 //   ngram     prompt lookup on input-grounded prompts (and two free-form
 //             ones): ngram and auto against off, and the ceiling an oracle
 //             n-gram drafter would reach (examples/ngram_ceiling.rs).
+//   tiled     what exactness costs on K-quant models: plain decoding, prompt
+//             evaluation and batch costs with ggml's tiled K-quant mat-mul
+//             off (the engine's default) and on (GGML_CPU_TILED_MM=1),
+//             alternating processes (bench/probe.mjs).
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,tiled),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -32,7 +36,7 @@ const THREADS = Number(process.env.BENCH_THREADS || 2)
 const N = Number(process.env.BENCH_TOKENS || 128)
 const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
-const sections = new Set((process.env.BENCH_SECTIONS || 'binding,draft,ngram').split(',').map((s) => s.trim()))
+const sections = new Set((process.env.BENCH_SECTIONS || 'binding,draft,ngram,tiled').split(',').map((s) => s.trim()))
 
 const chat = (u) => `<|im_start|>user\n${u}<|im_end|>\n<|im_start|>assistant\n`
 const FREE_PROMPTS = [
@@ -360,6 +364,52 @@ if (sections.has('ngram')) {
   console.log(`(ngram section: ${elapsed(since)}; off, ngram and auto each run on a fresh, warmed engine per request)`)
   results.ngram = rows.map((r) => ({ ...r, off: { ...r.off, content: undefined } }))
   results.ngram_batch_ms = batchMs
+}
+
+// ---------------------------------------------------------------------------
+// tiled: the cost of turning ggml's tiled K-quant mat-mul off. ggml reads
+// GGML_CPU_TILED_MM once per process, so each run is a process of its own;
+// off and on alternate so the machine's drift hits both alike.
+
+if (sections.has('tiled')) {
+  const since = Date.now()
+  console.log('\n## tiled: exactness cost on K-quant models (tiled K-quant mat-mul off = engine default, on = GGML_CPU_TILED_MM=1)')
+  const probe = join(root, 'bench', 'probe.mjs')
+  const prompt = NGRAM_PROMPTS[1][1] // the code edit: ~300 prompt tokens
+  const env = (on) => {
+    const e = { ...process.env }
+    if (on) e.GGML_CPU_TILED_MM = '1'
+    else delete e.GGML_CPU_TILED_MM
+    return e
+  }
+  const rows = []
+  for (const name of ['gemma-3-270m-q4_k_m.gguf', 'gemma-3-270m.Q6_K.gguf']) {
+    const cfg = JSON.stringify({ model: join(models, name), threads: THREADS, tokens: N, prompt, context: CONTEXT })
+    const runs = { off: [], on: [] }
+    for (let r = 0; r < REPEATS; r++) {
+      for (const side of ['off', 'on']) runs[side].push(JSON.parse(execFileSync(process.execPath, [probe, cfg], { env: env(side === 'on') }).toString()))
+    }
+    const med = (side, f) => median(runs[side].map(f))
+    const rng = (xs) => `${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)}`
+    const paired = (f) => runs.off.map((o, i) => f(o) / f(runs.on[i]))
+    const row = { model: name, invariant: `${runs.off.every((x) => x.batchInvariant)}/${runs.on.every((x) => x.batchInvariant)}` }
+    row['gen t/s off'] = fmt(med('off', (x) => x.tps))
+    row['gen t/s on'] = fmt(med('on', (x) => x.tps))
+    row['gen off/on'] = `${times(median(paired((x) => x.tps)))} (${rng(paired((x) => x.tps))})`
+    row['prompt t/s off'] = fmt(med('off', (x) => x.prompt_tps))
+    row['prompt t/s on'] = fmt(med('on', (x) => x.prompt_tps))
+    row['prompt off/on'] = `${times(median(paired((x) => x.prompt_tps)))} (${rng(paired((x) => x.prompt_tps))})`
+    for (const n of [8, 16]) {
+      row[`t${n} off`] = fmt(med('off', (x) => x.batchCostMs[n]))
+      row[`t${n} on`] = fmt(med('on', (x) => x.batchCostMs[n]))
+    }
+    rows.push({ ...row, runs })
+  }
+  table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs'))
+  console.log('invariant = status().batchInvariant with the tiled path off/on; off/on = median (min–max) over the repeats of each off run against the on run next to it;')
+  console.log('t8/t16 = load-time cost (ms) of a batch of 8/16 rows (tiled takes over from 8 rows); prompt = the ~300-token code-edit prompt, evaluated without cache')
+  console.log(`(tiled section: ${elapsed(since)})`)
+  results.tiled = rows
 }
 
 mkdirSync(join(root, 'bench-results'), { recursive: true })
