@@ -298,6 +298,25 @@ describe('lifecycle races', () => {
     expect(rs[1].text).toBe(rs[0].text)
   })
 
+  test('the process exiting while engines generate exits cleanly (engine threads stop before ggml is torn down)', () => {
+    // process.exit() from inside a token event, with a draft-model engine and
+    // a second engine generating too: llama.cpp must not run on while the C++
+    // runtime destroys its statics. A crash here is exit code 139 (SIGSEGV).
+    const script = `
+      const { LlamaEngine } = require(${JSON.stringify(ROOT)});
+      (async () => {
+        const a = await LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, draftModelPath: ${JSON.stringify(DRAFT)}, contextSize: 512, threads: 1 });
+        const b = await LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, contextSize: 512, threads: 1 });
+        b.complete({ prompt: 'Count on', n_predict: 5000, ignore_eos: true });
+        let n = 0;
+        a.complete({ prompt: 'Go on', n_predict: 5000, ignore_eos: true }, () => { if (++n === 5) process.exit(7) });
+      })();`
+    for (let i = 0; i < 3; i++) {
+      const r = require('node:child_process').spawnSync(process.execPath, ['-e', script], { timeout: 110000 })
+      expect({ run: i, status: r.status, signal: r.signal }).toEqual({ run: i, status: 7, signal: null })
+    }
+  })
+
   test('loading a missing, truncated or non-GGUF file rejects and the process carries on', async () => {
     const fs = require('node:fs')
     const os = require('node:os')

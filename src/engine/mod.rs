@@ -44,9 +44,34 @@ struct QueueState {
 struct Shared {
     state: Mutex<QueueState>,
     wake: Condvar,
+    /// Set (and `done` notified) when the engine thread has ended and freed
+    /// its models.
+    finished: Mutex<bool>,
+    done: Condvar,
 }
 
 impl Shared {
+    /// Closes the queue: the running request is cancelled (it ends within
+    /// one step); returns the queued jobs, for the caller to settle.
+    fn shut(&self) -> Vec<Job> {
+        let queued = {
+            let mut st = self.lock();
+            st.closed = true;
+            if let Some((_, cancel)) = &st.running {
+                cancel.store(true, Ordering::SeqCst);
+            }
+            st.jobs.drain(..).collect()
+        };
+        self.wake.notify_all();
+        queued
+    }
+
+    /// Waits until the engine thread has ended, at most `timeout`.
+    fn wait_finished(&self, timeout: std::time::Duration) {
+        let finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self.done.wait_timeout_while(finished, timeout, |f| !*f);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
         // A panic while holding the lock is caught on the engine thread; the
         // queue itself stays consistent, so poisoning is not a reason to fail.
@@ -126,18 +151,21 @@ impl Engine {
                 .map_err(|e| EngineError::internal(format!("cannot start the engine thread: {e}")))?
         };
         match ready_rx.recv() {
-            Ok(Ok((model, info))) => Ok(Engine {
-                shared,
-                thread: Mutex::new(Some(thread)),
-                model: RwLock::new(Some(model)),
-                info,
-                next_id: AtomicU64::new(1),
-                tokens_cached,
-                costs,
-                ngram,
-                ngram_path,
-                ngram_errors,
-            }),
+            Ok(Ok((model, info))) => {
+                register_for_exit(&shared);
+                Ok(Engine {
+                    shared,
+                    thread: Mutex::new(Some(thread)),
+                    model: RwLock::new(Some(model)),
+                    info,
+                    next_id: AtomicU64::new(1),
+                    tokens_cached,
+                    costs,
+                    ngram,
+                    ngram_path,
+                    ngram_errors,
+                })
+            }
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
@@ -233,16 +261,7 @@ impl Engine {
     /// reject with DISPOSED, and the models are freed when the thread exits.
     /// Returns the thread to join (off the JS thread).
     pub fn close(&self) -> Option<JoinHandle<()>> {
-        let queued: Vec<Job> = {
-            let mut st = self.shared.lock();
-            st.closed = true;
-            if let Some((_, cancel)) = &st.running {
-                cancel.store(true, Ordering::SeqCst);
-            }
-            st.jobs.drain(..).collect()
-        };
-        self.shared.wake.notify_all();
-        for job in queued {
+        for job in self.shared.shut() {
             job.sink.finish(Err(EngineError::disposed()));
         }
         self.model.write().unwrap_or_else(|p| p.into_inner()).take();
@@ -277,6 +296,54 @@ impl Drop for Engine {
     }
 }
 
+/// Engines whose threads may be running, so that the process can stop them
+/// before it exits (see `stop_engines_at_exit`).
+static LIVE: Mutex<Vec<std::sync::Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// Called by the C runtime when the process exits (`atexit`): stops every
+/// engine thread and waits for it to end. Without it, a thread still
+/// decoding when Node exits (a worker terminated mid-generation, or
+/// `process.exit()` during a request) would run llama.cpp while the C++
+/// runtime destroys ggml's static objects, and crash the process.
+extern "C" fn stop_engines_at_exit() {
+    let live: Vec<Arc<Shared>> = LIVE.lock().unwrap_or_else(|p| p.into_inner()).drain(..).filter_map(|w| w.upgrade()).collect();
+    for shared in &live {
+        drop(shared.shut()); // queued jobs: nobody is left to answer
+    }
+    for shared in &live {
+        shared.wait_finished(std::time::Duration::from_secs(30));
+    }
+}
+
+/// Registers an engine for `stop_engines_at_exit`, and the handler itself.
+/// The handler is registered again at each load, after llama.cpp's statics
+/// exist, so it runs before their destructors (atexit handlers and static
+/// destructors run in reverse order of registration); it is idempotent.
+fn register_for_exit(shared: &Arc<Shared>) {
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> std::os::raw::c_int;
+    }
+    let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    live.retain(|w| w.strong_count() > 0);
+    live.push(Arc::downgrade(shared));
+    drop(live);
+    // SAFETY: registers a plain `extern "C" fn()` with the C runtime.
+    unsafe {
+        atexit(stop_engines_at_exit);
+    }
+}
+
+/// Marks the engine thread finished when dropped: declared first in the
+/// thread, it is dropped last, after the models and contexts are freed.
+struct Finished(Arc<Shared>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        *self.0.finished.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.0.done.notify_all();
+    }
+}
+
 fn engine_thread(
     opts: EngineOptions,
     progress: Option<Box<dyn FnMut(f32) + Send>>,
@@ -286,6 +353,7 @@ fn engine_thread(
     costs: Arc<Mutex<Costs>>,
     ngram: session::NgramStore,
 ) {
+    let _finished = Finished(shared.clone());
     let loaded = catch_unwind(AssertUnwindSafe(|| session::Models::load(&opts, progress)))
         .unwrap_or_else(|_| Err(EngineError::internal("panic while loading the model")));
     let models = match loaded {
