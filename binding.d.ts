@@ -22,17 +22,25 @@ export declare class NativeEngine {
    * exactly one `done` or `error`, arrives as JSON through `onEvent`.
    */
   submit(requestJson: string, onEvent: (arg: string) => void): number
+  /** Renders chat messages (JSON) with the engine's chat template. */
+  applyChatTemplate(messagesJson: string, addGenerationPrompt: boolean): string
   /** Aborts one request, queued or running. */
   abort(id: number): void
   /** Stops the request that is running now. */
   cancel(): void
   status(): Record<string, unknown>
+  /**
+   * Writes the dynamic n-gram cache in llama.cpp's lookup format; resolves
+   * with the number of n-grams written.
+   */
+  saveNgramCache(path?: string | undefined | null): Promise<number>
   /** Stops the engine and frees the models; resolves when they are freed. */
   dispose(): Promise<void>
 }
 
 /**
- * Re-quantizes a GGUF model with llama.cpp (`ftype`: "Q2_K", "Q4_1", "Q8_0"
- * or "F16"). Used to make the test fixtures.
+ * Re-quantizes a GGUF model with llama.cpp (`ftype`: "Q2_K", "Q3_K_M",
+ * "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16" or "F32"). Used
+ * to make the test fixtures.
  */
 export declare function quantizeModel(input: string, output: string, ftype: string): Promise<void>

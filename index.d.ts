@@ -27,6 +27,32 @@ export interface EngineOptions {
   ngramCachePath?: string
   /** Read-only n-gram cache (llama.cpp lookup format). */
   staticNgramCachePath?: string
+  /**
+   * A Jinja chat template for `messages`, replacing the GGUF's
+   * `tokenizer.chat_template` (needed for models without one). A template
+   * that does not compile rejects `load` with INVALID_REQUEST naming `chatTemplate`.
+   */
+  chatTemplate?: string
+}
+
+/** A text part of an OpenAI-style message. */
+export interface ChatContentPart {
+  type: 'text'
+  text: string
+}
+
+/**
+ * One message of a conversation (OpenAI's shape). `role` is usually
+ * "system", "user", "assistant" or "tool"; other roles go to the template,
+ * which may refuse them. Text parts are joined. `name`, `tool_call_id` and
+ * `tool_calls` are passed to the template as given.
+ */
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool' | (string & {})
+  content: string | ChatContentPart[] | null
+  name?: string
+  tool_call_id?: string
+  tool_calls?: unknown[]
 }
 
 export type SpeculativeMode = 'auto' | 'off' | 'draft' | 'ngram' | 'ngram+draft'
@@ -49,8 +75,14 @@ export interface SpeculativeOptions {
 }
 
 export interface CompletionRequest {
-  /** A string, or an array mixing strings and token ids. */
-  prompt: string | Array<string | number>
+  /** A string, or an array mixing strings and token ids. Exactly one of `prompt` and `messages`. */
+  prompt?: string | Array<string | number>
+  /**
+   * A conversation, rendered with the model's chat template (the GGUF's, or
+   * `chatTemplate` from load) with `add_generation_prompt` true; the
+   * rendered text is tokenised with special tokens parsed and no second BOS.
+   */
+  messages?: ChatMessage[]
   /** Tokens to generate; -1 (default) = until end of generation or a full context. */
   n_predict?: number
   /** Default 0.8; <= 0 means greedy. */
@@ -188,6 +220,8 @@ export declare class LlamaEngine {
   static load(options: EngineOptions): Promise<LlamaEngine>
   tokenize(text: string, options?: { addBos?: boolean; special?: boolean }): number[]
   detokenize(tokens: number[]): string
+  /** The prompt a request with these `messages` evaluates (sync). */
+  applyChatTemplate(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string
   complete(
     request: CompletionRequest | string,
     onEvent?: ((event: CompletionEvent) => void) | null,

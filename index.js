@@ -121,6 +121,29 @@ class LlamaEngine {
   }
 
   /**
+   * The prompt a chat request with these `messages` evaluates: the model's
+   * chat template (or `chatTemplate` from load) rendered with them.
+   */
+  applyChatTemplate(messages, options = {}) {
+    this.#check()
+    if (options === null || typeof options !== 'object') throw engineError('INVALID_REQUEST', 'options: expected an object')
+    const { addGenerationPrompt = true } = options
+    if (typeof addGenerationPrompt !== 'boolean') throw engineError('INVALID_REQUEST', 'addGenerationPrompt: expected a boolean')
+    let json
+    try {
+      json = JSON.stringify(messages, replacer)
+    } catch (e) {
+      throw engineError('INVALID_REQUEST', `messages: cannot be serialised (${e.message})`)
+    }
+    if (json === undefined) throw engineError('INVALID_REQUEST', 'messages: expected an array of messages')
+    try {
+      return this.#native.applyChatTemplate(json, addGenerationPrompt)
+    } catch (e) {
+      throw fromNative(e)
+    }
+  }
+
+  /**
    * Runs one completion. Events go to `onEvent` in order; the promise
    * resolves after the last one (`done`) was delivered.
    */

@@ -8,8 +8,9 @@ const DRAFT = model('SmolLM2-135M-Instruct.Q2_K.gguf')
 const F16 = model('SmolLM2-135M-Instruct.F16.gguf')
 const GEMMA = model('gemma-3-270m-q4_k_m.gguf')
 
-function chat(user) {
-  return `<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`
+/** A one-message conversation, for `messages`: rendered with the model's own chat template. */
+function user(text) {
+  return [{ role: 'user', content: text }]
 }
 
 /** Runs a completion and collects its events. */
@@ -23,4 +24,4 @@ function loadTarget(extra = {}) {
   return LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: 2, ...extra })
 }
 
-module.exports = { LlamaEngine, TARGET, DRAFT, F16, GEMMA, MODELS, model, chat, run, loadTarget }
+module.exports = { LlamaEngine, TARGET, DRAFT, F16, GEMMA, MODELS, model, user, run, loadTarget }

@@ -12,6 +12,7 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use serde_json::{json, Value};
 
+use crate::core::chat::parse_messages;
 use crate::core::error::EngineError;
 use crate::core::options::parse_engine_options;
 use crate::core::request::{parse_request_json, RequestLimits};
@@ -108,11 +109,19 @@ impl NativeEngine {
         }
         let info = self.engine.info();
         let limits = RequestLimits { n_vocab: info.n_vocab, n_ctx: info.n_ctx };
-        let request = parse_request_json(&request_json, &limits).map_err(js_err)?;
+        let mut request = parse_request_json(&request_json, &limits).map_err(js_err)?;
+        self.engine.render_messages(&mut request).map_err(js_err)?;
         let tsfn = on_event.build_threadsafe_function().callee_handled::<false>().weak::<false>().build()?;
         let id = self.engine.next_job_id();
         self.engine.submit(Job { id, request, sink: Box::new(JsEventSink::new(tsfn)), cancel: Arc::new(AtomicBool::new(false)) });
         Ok(id as f64)
+    }
+
+    /// Renders chat messages (JSON) with the engine's chat template.
+    #[napi(catch_unwind)]
+    pub fn apply_chat_template(&self, messages_json: String, add_generation_prompt: bool) -> Result<String> {
+        let messages = parse_json(&messages_json, "messages").and_then(|v| parse_messages(&v, "messages")).map_err(js_err)?;
+        self.engine.apply_chat_template(&messages, add_generation_prompt).map_err(js_err)
     }
 
     /// Aborts one request, queued or running.
@@ -210,8 +219,9 @@ impl Task for QuantizeTask {
     }
 }
 
-/// Re-quantizes a GGUF model with llama.cpp (`ftype`: "Q2_K", "Q4_1", "Q8_0"
-/// or "F16"). Used to make the test fixtures.
+/// Re-quantizes a GGUF model with llama.cpp (`ftype`: "Q2_K", "Q3_K_M",
+/// "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16" or "F32"). Used
+/// to make the test fixtures.
 #[napi(ts_return_type = "Promise<void>")]
 pub fn quantize_model(input: String, output: String, ftype: String) -> AsyncTask<QuantizeTask> {
     AsyncTask::new(QuantizeTask { input, output, ftype })

@@ -17,6 +17,7 @@ const LIMITS: RequestLimits = RequestLimits { n_vocab: 49_152, n_ctx: 2048 };
 
 const FIELDS: &[&str] = &[
     "prompt",
+    "messages",
     "n_predict",
     "n_keep",
     "stop",
@@ -131,6 +132,27 @@ fn plausible(field: &'static str) -> BoxedStrategy<Value> {
         ]
         .boxed(),
         "stop" => prop::collection::vec(hostile_string().prop_map(Value::String), 0..80).prop_map(Value::Array).boxed(),
+        "messages" => prop_oneof![
+            any_json(),
+            prop::collection::vec(
+                (
+                    prop_oneof![Just(json!("user")), Just(json!("system")), hostile_string().prop_map(Value::String), any_json()],
+                    prop_oneof![
+                        hostile_string().prop_map(Value::String),
+                        prop::collection::vec(
+                            prop_oneof![hostile_string().prop_map(|t| json!({ "type": "text", "text": t })), any_json()],
+                            0..4
+                        )
+                        .prop_map(Value::Array),
+                        any_json(),
+                    ],
+                )
+                    .prop_map(|(role, content)| json!({ "role": role, "content": content })),
+                0..6
+            )
+            .prop_map(Value::Array),
+        ]
+        .boxed(),
         "logit_bias" => prop_oneof![
             prop::collection::vec(
                 (hostile_number(), prop_oneof![hostile_number(), any::<bool>().prop_map(Value::Bool)]).prop_map(|(t, b)| json!([t, b])),

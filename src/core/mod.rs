@@ -1,6 +1,7 @@
 //! The decoding core: everything that can be reasoned about without N-API
 //! and, where possible, without a model. Tested with `cargo test`.
 
+pub mod chat;
 pub mod controller;
 pub mod drafter;
 pub mod error;

@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::core::chat::ChatTemplate;
 use crate::core::error::{EngineError, Result};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +17,9 @@ pub struct EngineOptions {
     pub draft_gpu_layers: u32,
     pub ngram_cache_path: Option<String>,
     pub static_ngram_cache_path: Option<String>,
+    /// A Jinja chat template replacing the GGUF's (checked to compile here,
+    /// before any model is loaded).
+    pub chat_template: Option<String>,
 }
 
 pub fn default_threads() -> i32 {
@@ -35,6 +39,7 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         draft_gpu_layers: int(obj, "draftGpuLayers", 0, 100_000)?.unwrap_or(0) as u32,
         ngram_cache_path: path(obj, "ngramCachePath")?,
         static_ngram_cache_path: path(obj, "staticNgramCachePath")?,
+        chat_template: chat_template(obj)?,
     })
 }
 
@@ -45,6 +50,18 @@ fn path(obj: &Map<String, Value>, field: &str) -> Result<Option<String>> {
         Some(Value::String(s)) if s.contains('\0') => Err(EngineError::invalid(field, "must not contain NUL")),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(EngineError::invalid(field, "expected a string")),
+    }
+}
+
+fn chat_template(obj: &Map<String, Value>) -> Result<Option<String>> {
+    match obj.get("chatTemplate") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(source)) => {
+            ChatTemplate::new(source, "", "")
+                .map_err(|e| EngineError::invalid("chatTemplate", format!("not a usable Jinja template: {e}")))?;
+            Ok(Some(source.clone()))
+        }
+        Some(_) => Err(EngineError::invalid("chatTemplate", "expected a string (a Jinja chat template)")),
     }
 }
 
@@ -90,6 +107,8 @@ mod tests {
             (json!({ "modelPath": "m", "threads": 1.5 }), "threads"),
             (json!({ "modelPath": "m", "batchSize": "8" }), "batchSize"),
             (json!({ "modelPath": "m", "draftModelPath": "" }), "draftModelPath"),
+            (json!({ "modelPath": "m", "chatTemplate": 1 }), "chatTemplate"),
+            (json!({ "modelPath": "m", "chatTemplate": "{% if %}" }), "chatTemplate"),
         ] {
             let e = parse_engine_options(&v).unwrap_err();
             assert!(e.message.starts_with(field), "{v}: {}", e.message);

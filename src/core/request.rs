@@ -10,6 +10,7 @@ use std::fmt::Display;
 
 use serde_json::{Map, Number, Value};
 
+use crate::core::chat::{parse_messages, ChatMessage};
 use crate::core::error::{EngineError, Result};
 use crate::core::gbnf::check_gbnf;
 
@@ -28,6 +29,9 @@ const I32_MIN: i64 = i32::MIN as i64;
 pub enum PromptPart {
     Text(String),
     Token(i32),
+    /// The whole prompt as a chat template rendered it: special tokens are
+    /// parsed, and BOS is added only when the text does not begin with it.
+    Chat(String),
 }
 
 /// What the loaded model allows.
@@ -130,7 +134,11 @@ impl Default for SamplingParams {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompletionRequest {
+    /// Empty when `messages` is set, until the engine renders them into a
+    /// `PromptPart::Chat`.
     pub prompt: Vec<PromptPart>,
+    /// Chat messages (exactly one of `prompt` and `messages` is given).
+    pub messages: Option<Vec<ChatMessage>>,
     /// `-1` = until end of generation or context.
     pub n_predict: i32,
     /// `-1` = keep the whole prompt when the context is shifted.
@@ -153,6 +161,7 @@ impl Default for CompletionRequest {
     fn default() -> Self {
         CompletionRequest {
             prompt: Vec::new(),
+            messages: None,
             n_predict: -1,
             n_keep: 0,
             stop: Vec::new(),
@@ -222,7 +231,11 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
     let f = Fields { map, prefix: "" };
     let d = CompletionRequest::default();
 
-    let prompt = parse_prompt(f.get("prompt"), limits.n_vocab)?;
+    let (prompt, messages) = match (f.get("prompt"), f.get("messages")) {
+        (Some(_), Some(_)) => return Err(f.err("messages", "give either prompt or messages, not both")),
+        (None, Some(m)) => (Vec::new(), Some(parse_messages(m, "messages")?)),
+        (p, None) => (parse_prompt(p, limits.n_vocab)?, None),
+    };
     let grammar = f.string("grammar")?.filter(|g| !g.is_empty()).map(str::to_owned);
     if let Some(g) = &grammar {
         check_gbnf(g).map_err(|why| EngineError::invalid("grammar", why))?;
@@ -234,6 +247,7 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
 
     Ok(CompletionRequest {
         prompt,
+        messages,
         n_predict: f.int("n_predict", -1, I32_MAX)?.unwrap_or(d.n_predict),
         n_keep: f.int("n_keep", -1, I32_MAX)?.unwrap_or(d.n_keep),
         stop: parse_stop(f.get("stop"))?,
@@ -315,7 +329,7 @@ fn parse_speculative(value: Option<&Value>) -> Result<SpeculativeParams> {
 
 fn parse_prompt(value: Option<&Value>, n_vocab: i32) -> Result<Vec<PromptPart>> {
     let items = match value {
-        None => return Err(EngineError::invalid("prompt", "required")),
+        None => return Err(EngineError::invalid("prompt", "required (or messages)")),
         Some(Value::String(text)) => {
             check_prompt_size(text.len())?;
             return Ok(vec![PromptPart::Text(text.clone())]);
@@ -779,8 +793,20 @@ mod tests {
         rejects(json!({ "prompt": [1.5] }), "prompt[0]");
         rejects(json!({ "prompt": [true] }), "prompt[0]");
         rejects(json!({ "prompt": [null] }), "prompt[0]");
-        assert_eq!(rejects(json!({ "n_predict": 1 }), "prompt"), "prompt: required");
-        assert_eq!(rejects(json!({ "prompt": null }), "prompt"), "prompt: required");
+        assert_eq!(rejects(json!({ "n_predict": 1 }), "prompt"), "prompt: required (or messages)");
+        assert_eq!(rejects(json!({ "prompt": null }), "prompt"), "prompt: required (or messages)");
+    }
+
+    #[test]
+    fn messages_instead_of_a_prompt() {
+        let r = ok(json!({ "messages": [{ "role": "user", "content": "Hi" }] }));
+        assert_eq!(r.prompt, vec![]);
+        assert_eq!(r.messages.unwrap()[0].content.as_deref(), Some("Hi"));
+        // `null` means absent, as for every field.
+        assert!(ok(json!({ "prompt": "x", "messages": null })).messages.is_none());
+        rejects(json!({ "prompt": "x", "messages": [{ "role": "user", "content": "Hi" }] }), "messages");
+        rejects(json!({ "messages": {} }), "messages");
+        rejects(json!({ "messages": [{ "role": "user", "content": 1 }] }), "messages[0].content");
     }
 
     #[test]

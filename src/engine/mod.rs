@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+use crate::core::chat::{ChatMessage, ChatTemplate};
 use crate::core::error::{EngineError, Result};
 use crate::core::events::EventSink;
 use crate::core::request::{CompletionRequest, PromptPart};
@@ -126,6 +127,8 @@ pub struct Engine {
     ngram_path: Option<String>,
     /// Why a configured n-gram cache file could not be used (the engine works without it).
     ngram_errors: Vec<String>,
+    /// What `messages` are rendered with (see `model::chat_template`).
+    chat: Option<std::result::Result<ChatTemplate, String>>,
 }
 
 impl Engine {
@@ -137,6 +140,7 @@ impl Engine {
         let (ngram, ngram_errors) = load_ngram_caches(&opts);
         let costs: Arc<Mutex<Costs>> = Arc::default();
         let ngram_path = opts.ngram_cache_path.clone();
+        let chat_override = opts.chat_template.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(Arc<LlamaModel>, ModelInfo)>>();
         let thread = {
             let shared = shared.clone();
@@ -153,7 +157,8 @@ impl Engine {
         match ready_rx.recv() {
             Ok(Ok((model, info))) => {
                 register_for_exit(&shared);
-                Ok(Engine {
+                let chat = model::chat_template(&model, chat_override.as_deref());
+                let mut engine = Engine {
                     shared,
                     thread: Mutex::new(Some(thread)),
                     model: RwLock::new(Some(model)),
@@ -164,7 +169,20 @@ impl Engine {
                     ngram,
                     ngram_path,
                     ngram_errors,
-                })
+                    chat: None,
+                };
+                match chat {
+                    Ok(chat) => {
+                        engine.chat = chat;
+                        Ok(engine)
+                    }
+                    Err(e) => {
+                        if let Some(t) = engine.close() {
+                            let _ = t.join();
+                        }
+                        Err(e)
+                    }
+                }
             }
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -179,6 +197,31 @@ impl Engine {
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// Renders chat messages with the engine's chat template.
+    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        match &self.chat {
+            Some(Ok(template)) => template.render(messages, add_generation_prompt, "messages"),
+            Some(Err(why)) => Err(EngineError::invalid(
+                "messages",
+                format!("the model's chat template (tokenizer.chat_template) cannot be used ({why}); load the engine with the chatTemplate option"),
+            )),
+            None => Err(EngineError::invalid(
+                "messages",
+                "this model has no chat template (no tokenizer.chat_template in its GGUF); load the engine with the chatTemplate option to use messages",
+            )),
+        }
+    }
+
+    /// Turns a chat request's `messages` into its prompt, rendered here (on
+    /// the caller's thread) so that a template error rejects the request
+    /// before it is queued.
+    pub fn render_messages(&self, request: &mut CompletionRequest) -> Result<()> {
+        if let Some(messages) = &request.messages {
+            request.prompt = vec![PromptPart::Chat(self.apply_chat_template(messages, true)?)];
+        }
+        Ok(())
     }
 
     fn model(&self) -> Result<Arc<LlamaModel>> {

@@ -9,8 +9,10 @@ use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
 
 use super::ggml_setup;
+use crate::core::chat::ChatTemplate;
 use crate::core::error::{EngineError, ErrorCode, Result};
 pub use crate::core::options::EngineOptions;
 
@@ -72,6 +74,35 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Box<dyn FnMut(f3
     let model = LlamaModel::load_from_file(backend()?, path, &params)
         .map_err(|e| fail(format!("llama.cpp could not load it ({e}); is it a complete GGUF model?")))?;
     Ok(Arc::new(model))
+}
+
+/// Tokens of a prompt a chat template rendered: special tokens parsed, and
+/// the model's BOS added unless the template already wrote it (many do, as
+/// `{{ bos_token }}`), so there is never a second one.
+pub fn tokenize_chat(model: &LlamaModel, text: &str) -> Vec<LlamaToken> {
+    let vocab = model.vocab();
+    let mut tokens = vocab.tokenize(text.as_bytes(), false, true);
+    if vocab.should_add_bos() && tokens.first() != Some(&vocab.bos()) {
+        tokens.insert(0, vocab.bos());
+    }
+    tokens
+}
+
+/// The chat template `messages` are rendered with: `chatTemplate` when
+/// given, else the GGUF's `tokenizer.chat_template`; `None` when neither
+/// exists; `Err` when the GGUF's does not compile (requests with `messages`
+/// then say so; `prompt` requests are unaffected).
+pub fn chat_template(model: &LlamaModel, over: Option<&str>) -> Result<Option<std::result::Result<ChatTemplate, String>>> {
+    let vocab = model.vocab();
+    let piece = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
+    let (bos, eos) = (piece(vocab.bos()), piece(vocab.eos()));
+    if let Some(source) = over {
+        return ChatTemplate::new(source, &bos, &eos)
+            .map(|t| Some(Ok(t)))
+            .map_err(|e| EngineError::invalid("chatTemplate", format!("not a usable Jinja template: {e}")));
+    }
+    let Some(source) = model.chat_template(None).ok().and_then(|t| t.to_string().ok()) else { return Ok(None) };
+    Ok(Some(ChatTemplate::new(&source, &bos, &eos).map_err(|e| e.to_string())))
 }
 
 /// llama.cpp accepts any file and fails deep inside; a magic check gives a

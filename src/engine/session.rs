@@ -175,6 +175,7 @@ impl<'m> Session<'m> {
                 // before a leading string; token ids are taken as given.
                 PromptPart::Text(s) => tokens.extend(vocab.tokenize(s.as_bytes(), i == 0, true)),
                 PromptPart::Token(t) => tokens.push(LlamaToken(*t)),
+                PromptPart::Chat(s) => tokens.extend(model::tokenize_chat(&self.models.target, s)),
             }
         }
         if tokens.is_empty() {

@@ -1,0 +1,538 @@
+//! Chat requests: OpenAI-style `messages`, checked here and rendered into a
+//! prompt by the model's own Jinja chat template (the GGUF's
+//! `tokenizer.chat_template`, or `chatTemplate` given at load).
+//!
+//! Rendering follows Hugging Face transformers, which is what template
+//! authors test against: `trim_blocks` and `lstrip_blocks` on, loop controls,
+//! Python's string and dict methods (minijinja-contrib's pycompat), and in the
+//! context `messages`, `add_generation_prompt`, `bos_token`, `eos_token` and
+//! the functions `raise_exception` and `strftime_now`.
+//!
+//! A template is code that comes with a model file; it is bounded like any
+//! other input: its source size, an instruction budget (fuel) per render,
+//! minijinja's recursion and range limits, and the size of what it writes.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use serde_json::{Map, Value as Json};
+
+use crate::core::error::{EngineError, Result};
+
+/// Largest template source accepted (real ones are under 20 KB).
+pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
+/// Instructions one render may execute. A typical template spends a few
+/// hundred per message; this allows conversations of thousands of messages
+/// and stops a runaway loop within about a tenth of a second.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+/// Most bytes a render may write: the prompt size limit of a request.
+pub const MAX_RENDERED_BYTES: usize = 8 * 1024 * 1024;
+/// Most messages in one request.
+pub const MAX_MESSAGES: usize = 100_000;
+/// Longest role name.
+const MAX_ROLE_BYTES: usize = 64;
+/// Text of all messages together (the prompt size limit).
+const MAX_MESSAGES_BYTES: usize = 8 * 1024 * 1024;
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// One message. `content` is the text (text parts joined); the fields a
+/// template may use besides (`name`, `tool_calls`, `tool_call_id`) pass
+/// through as they were given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatMessage {
+    pub role: String,
+    /// `None` only for an assistant message that carries `tool_calls`.
+    pub content: Option<String>,
+    pub extra: Map<String, Json>,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> Self {
+        ChatMessage { role: role.into(), content: Some(content.into()), extra: Map::new() }
+    }
+
+    fn to_json(&self) -> Json {
+        let mut m = self.extra.clone();
+        m.insert("role".into(), Json::String(self.role.clone()));
+        m.insert("content".into(), self.content.clone().map_or(Json::Null, Json::String));
+        Json::Object(m)
+    }
+}
+
+/// Parses and checks `messages` (the wire name is `field`, used in errors:
+/// `messages[2].content` …).
+pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
+    let items =
+        value.as_array().ok_or_else(|| EngineError::invalid(field, format!("expected an array of messages, got {}", kind(value))))?;
+    if items.is_empty() {
+        return Err(EngineError::invalid(field, "must contain at least one message"));
+    }
+    if items.len() > MAX_MESSAGES {
+        return Err(EngineError::invalid(field, format!("at most {MAX_MESSAGES} messages are allowed, got {}", items.len())));
+    }
+    let mut bytes = 0usize;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let map = item
+            .as_object()
+            .ok_or_else(|| EngineError::invalid(&at, format!("expected an object with role and content, got {}", kind(item))))?;
+        let role = match map.get("role") {
+            Some(Json::String(r)) if r.is_empty() => return Err(EngineError::invalid(&format!("{at}.role"), "must not be empty")),
+            Some(Json::String(r)) if r.len() > MAX_ROLE_BYTES => {
+                return Err(EngineError::invalid(&format!("{at}.role"), format!("at most {MAX_ROLE_BYTES} bytes are allowed")))
+            }
+            Some(Json::String(r)) => r.clone(),
+            None => return Err(EngineError::invalid(&format!("{at}.role"), "required (\"system\", \"user\", \"assistant\" or \"tool\")")),
+            Some(other) => return Err(EngineError::invalid(&format!("{at}.role"), format!("expected a string, got {}", kind(other)))),
+        };
+        let mut extra = Map::new();
+        for key in ["name", "tool_call_id", "tool_calls"] {
+            if let Some(v) = map.get(key).filter(|v| !v.is_null()) {
+                bytes += v.to_string().len();
+                extra.insert(key.into(), v.clone());
+            }
+        }
+        let content = match map.get("content") {
+            Some(Json::String(text)) => Some(text.clone()),
+            Some(Json::Array(parts)) => Some(text_parts(parts, &format!("{at}.content"))?),
+            None | Some(Json::Null) if role == "assistant" && extra.contains_key("tool_calls") => None,
+            None => {
+                return Err(EngineError::invalid(
+                    &format!("{at}.content"),
+                    "required: a string or an array of { type: \"text\", text } parts",
+                ))
+            }
+            Some(other) => {
+                return Err(EngineError::invalid(
+                    &format!("{at}.content"),
+                    format!("expected a string or an array of {{ type: \"text\", text }} parts, got {}", kind(other)),
+                ))
+            }
+        };
+        bytes += content.as_ref().map_or(0, String::len) + role.len();
+        if bytes > MAX_MESSAGES_BYTES {
+            return Err(EngineError::invalid(field, format!("at most {MAX_MESSAGES_BYTES} bytes of text are allowed")));
+        }
+        out.push(ChatMessage { role, content, extra });
+    }
+    Ok(out)
+}
+
+/// The text of an OpenAI content-parts array: its text parts, joined.
+fn text_parts(parts: &[Json], at: &str) -> Result<String> {
+    let mut text = String::new();
+    for (j, part) in parts.iter().enumerate() {
+        let here = format!("{at}[{j}]");
+        let map = part
+            .as_object()
+            .ok_or_else(|| EngineError::invalid(&here, format!("expected a {{ type, text }} object, got {}", kind(part))))?;
+        match map.get("type").and_then(Json::as_str) {
+            Some("text") => {}
+            Some(other) => {
+                return Err(EngineError::invalid(
+                    &format!("{here}.type"),
+                    format!("only \"text\" parts are supported (this engine reads text only), got {:?}", truncate(other, 40)),
+                ))
+            }
+            None => return Err(EngineError::invalid(&format!("{here}.type"), "required: \"text\"")),
+        }
+        match map.get("text") {
+            Some(Json::String(t)) => text.push_str(t),
+            _ => return Err(EngineError::invalid(&format!("{here}.text"), "expected a string")),
+        }
+    }
+    Ok(text)
+}
+
+/// A compiled chat template with the model's special tokens.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChatTemplate").field("bos_token", &self.bos_token).field("eos_token", &self.eos_token).finish_non_exhaustive()
+    }
+}
+
+/// Why a template cannot be used at all (it does not compile, or is too large).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateError(pub String);
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The error `raise_exception(message)` raises; recognised to report the
+/// template's own message.
+#[derive(Debug)]
+struct Raised(String);
+
+impl fmt::Display for Raised {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Raised {}
+
+impl ChatTemplate {
+    /// Compiles `source`. Fails when it is too large or is not valid Jinja.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> std::result::Result<Self, TemplateError> {
+        if source.len() > MAX_TEMPLATE_BYTES {
+            return Err(TemplateError(format!("is {} bytes; at most {MAX_TEMPLATE_BYTES} are allowed", source.len())));
+        }
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |message: String| -> std::result::Result<Value, JinjaError> {
+            Err(JinjaError::new(ErrorKind::InvalidOperation, message.clone()).with_source(Raised(message)))
+        });
+        env.add_function("strftime_now", |format: String| -> std::result::Result<Value, JinjaError> {
+            let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            Ok(Value::from(strftime(&format, secs)))
+        });
+        env.add_template_owned(TEMPLATE_NAME, python_line_continuations(source)).map_err(|e| TemplateError(describe(&e)))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into() })
+    }
+
+    /// Renders `messages`. Errors are `INVALID_REQUEST` naming `field`: the
+    /// template's own message when it raises, or what went wrong.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool, field: &str) -> Result<String> {
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| EngineError::internal(describe(&e)))?;
+        let messages: Vec<Json> = messages.iter().map(ChatMessage::to_json).collect();
+        let ctx = minijinja::context! {
+            messages => Value::from_serialize(&messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        };
+        let mut out = Limited { buf: Vec::new(), limit: MAX_RENDERED_BYTES, exceeded: false };
+        match template.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.buf).map_err(|_| EngineError::invalid(field, "the chat template wrote invalid UTF-8")),
+            Err(_) if out.exceeded => {
+                Err(EngineError::invalid(field, format!("the chat template wrote more than {MAX_RENDERED_BYTES} bytes; it was stopped")))
+            }
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(EngineError::invalid(
+                field,
+                format!("the chat template ran for more than {TEMPLATE_FUEL} steps (an endless loop?); it was stopped"),
+            )),
+            Err(e) => match raised(&e) {
+                Some(message) => Err(EngineError::invalid(field, format!("the chat template rejected them: {message}"))),
+                None => Err(EngineError::invalid(field, format!("the chat template failed: {}", describe(&e)))),
+            },
+        }
+    }
+}
+
+/// Removes backslash-newline pairs inside the string literals of Jinja tags,
+/// as Python's Jinja does (a line continuation) and minijinja does not (it
+/// keeps both characters). Mistral's templates write their long default
+/// system prompts that way. Text outside tags is left as it is.
+fn python_line_continuations(source: &str) -> String {
+    #[derive(Clone, Copy, PartialEq)]
+    enum State {
+        Text,
+        Tag,
+        Comment,
+        Str(u8),
+    }
+    let b = source.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut state = State::Text;
+    let mut i = 0;
+    while i < b.len() {
+        let next = b.get(i + 1).copied();
+        match state {
+            State::Text if b[i] == b'{' && matches!(next, Some(b'{') | Some(b'%')) => state = State::Tag,
+            State::Text if b[i] == b'{' && next == Some(b'#') => state = State::Comment,
+            State::Comment if b[i] == b'#' && next == Some(b'}') => state = State::Text,
+            State::Tag if matches!(b[i], b'}' | b'%') && next == Some(b'}') => state = State::Text,
+            State::Tag if matches!(b[i], b'"' | b'\'') => state = State::Str(b[i]),
+            State::Str(q) if b[i] == q => state = State::Tag,
+            State::Str(_) if b[i] == b'\\' => {
+                let skip = match (next, b.get(i + 2)) {
+                    (Some(b'\n'), _) => 2,
+                    (Some(b'\r'), Some(b'\n')) => 3,
+                    _ => 0,
+                };
+                if skip > 0 {
+                    i += skip;
+                    continue;
+                }
+                // Another escape: copy both characters, so an escaped quote
+                // does not end the string.
+                out.push(b[i]);
+                if let Some(n) = next {
+                    out.push(n);
+                }
+                i += 2;
+                continue;
+            }
+            _ => {}
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    // Only ASCII bytes were removed, so the rest is still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|_| source.to_owned())
+}
+
+/// The message of a `raise_exception` anywhere in the error's chain.
+fn raised(e: &JinjaError) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<Raised>() {
+            return Some(r.0.clone());
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// One line: what went wrong and where in the template.
+fn describe(e: &JinjaError) -> String {
+    let mut text = e.kind().to_string();
+    if let Some(detail) = e.detail() {
+        text.push_str(": ");
+        text.push_str(detail);
+    }
+    if let Some(line) = e.line() {
+        text.push_str(&format!(" (line {line})"));
+    }
+    text
+}
+
+/// A writer that refuses to grow past `limit` bytes.
+struct Limited {
+    buf: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl Write for Limited {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            self.exceeded = true;
+            return Err(io::Error::other("output limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Python's `strftime` for the directives chat templates use (dates in the
+/// system prompt, as Llama 3's `strftime_now("%d %b %Y")`), in UTC.
+/// Unknown directives are copied as they are.
+fn strftime(format: &str, unix_secs: u64) -> String {
+    const MONTHS: [&str; 12] =
+        ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+    let days = (unix_secs / 86_400) as i64;
+    let secs = unix_secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    let weekday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
+    let (hour, minute, second) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('e') => out.push_str(&format!("{day:2}")),
+            Some('B') => out.push_str(MONTHS[month as usize - 1]),
+            Some('b') | Some('h') => out.push_str(&MONTHS[month as usize - 1][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('H') => out.push_str(&format!("{hour:02}")),
+            Some('M') => out.push_str(&format!("{minute:02}")),
+            Some('S') => out.push_str(&format!("{second:02}")),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// (year, month 1..=12, day 1..=31) of a day count since 1970-01-01
+/// (Howard Hinnant's days-to-civil algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+fn kind(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// SmolLM2-135M-Instruct's template, as its GGUF stores it.
+    const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    fn msgs(v: Json) -> Vec<ChatMessage> {
+        parse_messages(&v, "messages").unwrap()
+    }
+
+    fn smol() -> ChatTemplate {
+        ChatTemplate::new(SMOLLM2, "<|im_start|>", "<|im_end|>").unwrap()
+    }
+
+    #[test]
+    fn smollm2_inserts_its_default_system_turn_only_without_a_system_message() {
+        let t = smol();
+        let out = t.render(&msgs(json!([{ "role": "user", "content": "Hi" }])), true, "messages").unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let out = t
+            .render(&msgs(json!([{ "role": "system", "content": "Be brief." }, { "role": "user", "content": "Hi" }])), false, "messages")
+            .unwrap();
+        assert_eq!(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+    }
+
+    #[test]
+    fn text_parts_are_joined() {
+        let m = msgs(json!([{ "role": "user", "content": [{ "type": "text", "text": "Hello, " }, { "type": "text", "text": "world" }] }]));
+        assert_eq!(m[0].content.as_deref(), Some("Hello, world"));
+    }
+
+    #[test]
+    fn bad_messages_name_the_field() {
+        for (v, field) in [
+            (json!("hi"), "messages:"),
+            (json!([]), "messages:"),
+            (json!([1]), "messages[0]:"),
+            (json!([{ "content": "x" }]), "messages[0].role:"),
+            (json!([{ "role": 3, "content": "x" }]), "messages[0].role:"),
+            (json!([{ "role": "", "content": "x" }]), "messages[0].role:"),
+            (json!([{ "role": "user" }]), "messages[0].content:"),
+            (json!([{ "role": "user", "content": 5 }]), "messages[0].content:"),
+            (json!([{ "role": "user", "content": null }]), "messages[0].content:"),
+            (json!([{ "role": "user", "content": [{ "type": "image_url", "image_url": {} }] }]), "messages[0].content[0].type:"),
+            (json!([{ "role": "user", "content": [{ "type": "text" }] }]), "messages[0].content[0].text:"),
+            (json!([{ "role": "user", "content": "ok" }, { "role": "user", "content": ["x"] }]), "messages[1].content[0]:"),
+        ] {
+            let e = parse_messages(&v, "messages").unwrap_err();
+            assert!(e.message.starts_with(field), "{v}: {}", e.message);
+        }
+        // An assistant turn that only calls tools may have no content.
+        let m = msgs(json!([{ "role": "assistant", "content": null, "tool_calls": [{ "id": "1" }] }]));
+        assert_eq!(m[0].content, None);
+    }
+
+    #[test]
+    fn templates_that_raise_loop_or_flood_are_errors() {
+        let raise = ChatTemplate::new(
+            "{% if messages[0].role != 'user' %}{{ raise_exception('roles must start with user') }}{% endif %}ok",
+            "",
+            "",
+        )
+        .unwrap();
+        let e = raise.render(&msgs(json!([{ "role": "robot", "content": "x" }])), true, "messages").unwrap_err();
+        assert_eq!(e.message, "messages: the chat template rejected them: roles must start with user");
+        assert_eq!(raise.render(&msgs(json!([{ "role": "user", "content": "x" }])), true, "messages").unwrap(), "ok");
+
+        let endless =
+            ChatTemplate::new("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "", "").unwrap();
+        let e = endless.render(&msgs(json!([{ "role": "user", "content": "x" }])), true, "messages").unwrap_err();
+        assert!(e.message.contains("ran for more than"), "{}", e.message);
+
+        let flood = ChatTemplate::new("{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}", "", "").unwrap();
+        let e = flood.render(&msgs(json!([{ "role": "user", "content": "x" }])), true, "messages").unwrap_err();
+        assert!(e.message.contains("wrote more than"), "{}", e.message);
+
+        let broken = ChatTemplate::new("{{ messages[0].content | no_such_filter }}", "", "");
+        assert!(broken.is_err() || broken.unwrap().render(&msgs(json!([{ "role": "user", "content": "x" }])), true, "m").is_err());
+        let e = ChatTemplate::new("{% for m in messages %}", "", "").unwrap_err();
+        assert!(e.0.contains("syntax error"), "{e}");
+        assert!(ChatTemplate::new(&"x".repeat(MAX_TEMPLATE_BYTES + 1), "", "").is_err());
+    }
+
+    #[test]
+    fn python_methods_loop_controls_and_the_context() {
+        let t = ChatTemplate::new(
+            "{{ bos_token }}{% for m in messages %}{% if m.role == 'skip' %}{% continue %}{% endif %}[{{ m['role'].upper() }}:{{ m.content.strip() }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ eos_token }}",
+            "<s>",
+            "</s>",
+        )
+        .unwrap();
+        let m = msgs(
+            json!([{ "role": "user", "content": "  hi  " }, { "role": "skip", "content": "no" }, { "role": "assistant", "content": "yo" }]),
+        );
+        assert_eq!(t.render(&m, true, "messages").unwrap(), "<s>[USER:hi][ASSISTANT:yo]></s>");
+        assert_eq!(t.render(&m, false, "messages").unwrap(), "<s>[USER:hi][ASSISTANT:yo]</s>");
+        // trim_blocks / lstrip_blocks, as transformers renders.
+        let t = ChatTemplate::new("{% for m in messages %}\n    {% if true %}\n{{ m.content }}\n    {% endif %}\n{% endfor %}", "", "")
+            .unwrap();
+        assert_eq!(t.render(&msgs(json!([{ "role": "user", "content": "a" }])), true, "messages").unwrap(), "a\n");
+    }
+
+    #[test]
+    fn backslash_newline_in_a_string_is_a_line_continuation() {
+        let t = ChatTemplate::new("{% set s = \"one \\\ntwo \\\\ \\\"q\\\" \\n\" %}{{ s }}|a\\\nb", "", "").unwrap();
+        assert_eq!(t.render(&msgs(json!([{ "role": "user", "content": "x" }])), true, "m").unwrap(), "one two \\ \"q\" \n|a\\\nb");
+        assert_eq!(python_line_continuations("{{ 'a\\\r\nb' }}"), "{{ 'ab' }}");
+        assert_eq!(python_line_continuations("{# 'x\\\n #}{{ \"é\\\n\" }}"), "{# 'x\\\n #}{{ \"é\" }}");
+    }
+
+    #[test]
+    fn strftime_formats_dates() {
+        // 2024-07-26 12:34:56 UTC, a Friday.
+        let t = 1_721_997_296;
+        assert_eq!(strftime("%d %b %Y", t), "26 Jul 2024");
+        assert_eq!(strftime("%A %B %e, %y %H:%M:%S %% %Q", t), "Friday July 26, 24 12:34:56 % %Q");
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
+}
