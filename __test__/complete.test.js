@@ -1,4 +1,4 @@
-const { chat, run, loadTarget } = require('./helpers')
+const { user, run, loadTarget } = require('./helpers')
 
 let engine
 beforeAll(async () => {
@@ -11,7 +11,7 @@ const joined = (events) => events.filter((e) => e.type === 'token').map((e) => e
 describe('events', () => {
   test('one event per step, in order; the promise resolves after the last (done) event', async () => {
     const order = []
-    const p = engine.complete({ prompt: chat('Name three colors.'), n_predict: 24, temperature: 0, speculative: { mode: 'off' } }, (e) => order.push(e))
+    const p = engine.complete({ messages: user('Name three colors.'), n_predict: 24, temperature: 0, speculative: { mode: 'off' } }, (e) => order.push(e))
     const result = await p
     order.push('resolved')
     expect(order[order.length - 1]).toBe('resolved')
@@ -54,11 +54,11 @@ describe('events', () => {
   })
 
   test('greedy output is deterministic; seeded sampling is reproducible', async () => {
-    const req = { prompt: chat('Tell me a fact about cats.'), n_predict: 20, temperature: 0 }
+    const req = { messages: user('Tell me a fact about cats.'), n_predict: 20, temperature: 0 }
     const a = await run(engine, req)
     const b = await run(engine, { ...req, cache_prompt: false })
     expect(a.result.content).toBe(b.result.content)
-    const s = { prompt: chat('Write a word.'), n_predict: 16, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, seed: 1234 }
+    const s = { messages: user('Write a word.'), n_predict: 16, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, seed: 1234 }
     const c = await run(engine, s)
     const d = await run(engine, s)
     expect(c.result.content).toBe(d.result.content)
@@ -68,7 +68,7 @@ describe('events', () => {
   })
 
   test('ends with stopped_eos when the model ends its turn', async () => {
-    const { result } = await run(engine, { prompt: chat('Say only the word yes.'), n_predict: 200, temperature: 0 })
+    const { result } = await run(engine, { messages: user('Say only the word yes.'), n_predict: 200, temperature: 0 })
     expect(result.stopped_eos).toBe(true)
     expect(result.tokens_predicted).toBeLessThan(200)
   })
@@ -76,7 +76,7 @@ describe('events', () => {
 
 describe('stop strings', () => {
   test('a stop string split across tokens stops generation and is never emitted', async () => {
-    const base = await run(engine, { prompt: chat('Count from one to twenty in words, comma separated.'), n_predict: 60, temperature: 0 })
+    const base = await run(engine, { messages: user('Count from one to twenty in words, comma separated.'), n_predict: 60, temperature: 0 })
     const pieces = base.tokens.map((t) => t.piece)
     // Find a boundary where the stop string straddles two tokens and does not occur earlier.
     let stop = null
@@ -94,7 +94,7 @@ describe('stop strings', () => {
     }
     expect(stop).not.toBeNull()
     const { events, result } = await run(engine, {
-      prompt: chat('Count from one to twenty in words, comma separated.'),
+      messages: user('Count from one to twenty in words, comma separated.'),
       n_predict: 60,
       temperature: 0,
       stop: ['never-appears', stop],
@@ -108,10 +108,10 @@ describe('stop strings', () => {
   })
 
   test('a held-back partial match is released when it turns out not to be a stop', async () => {
-    const base = await run(engine, { prompt: chat('Name five fruits.'), n_predict: 30, temperature: 0 })
+    const base = await run(engine, { messages: user('Name five fruits.'), n_predict: 30, temperature: 0 })
     const text = base.result.content
     const stop = text.slice(5, 8) + '\u0000never'
-    const { events, result } = await run(engine, { prompt: chat('Name five fruits.'), n_predict: 30, temperature: 0, stop: [stop] })
+    const { events, result } = await run(engine, { messages: user('Name five fruits.'), n_predict: 30, temperature: 0, stop: [stop] })
     expect(result.stopped_word).toBe(false)
     expect(result.content).toBe(text)
     expect(joined(events)).toBe(text)
@@ -138,7 +138,7 @@ describe('UTF-8', () => {
   })
 
   test('emoji prompt', async () => {
-    const { events, result } = await run(engine, { prompt: chat('Reply with three emoji: 🎉🐱'), n_predict: 16, temperature: 0 })
+    const { events, result } = await run(engine, { messages: user('Reply with three emoji: 🎉🐱'), n_predict: 16, temperature: 0 })
     expect(joined(events)).toBe(result.content)
   })
 })
@@ -188,7 +188,7 @@ describe('request fields', () => {
   })
 
   test('ignore_eos keeps generating past the end of turn', async () => {
-    const req = { prompt: chat('Say only the word yes.'), n_predict: 40, temperature: 0 }
+    const req = { messages: user('Say only the word yes.'), n_predict: 40, temperature: 0 }
     const plain = await run(engine, req)
     expect(plain.result.stopped_eos).toBe(true)
     const forced = await run(engine, { ...req, ignore_eos: true })
@@ -197,15 +197,15 @@ describe('request fields', () => {
   })
 
   test('top-k 1 sampling equals greedy; mirostat and typical-p run', async () => {
-    const prompt = chat('Describe the sea.')
-    const greedy = await run(engine, { prompt, n_predict: 12, temperature: 0 })
-    const k1 = await run(engine, { prompt, n_predict: 12, temperature: 0.9, top_k: 1, seed: 7 })
+    const ask = { messages: user('Describe the sea.') }
+    const greedy = await run(engine, { ...ask, n_predict: 12, temperature: 0 })
+    const k1 = await run(engine, { ...ask, n_predict: 12, temperature: 0.9, top_k: 1, seed: 7 })
     expect(k1.result.content).toBe(greedy.result.content)
     for (const mirostat of [1, 2]) {
-      const m = await run(engine, { prompt, n_predict: 12, temperature: 0.8, mirostat, mirostat_tau: 4, mirostat_eta: 0.2, seed: 3 })
+      const m = await run(engine, { ...ask, n_predict: 12, temperature: 0.8, mirostat, mirostat_tau: 4, mirostat_eta: 0.2, seed: 3 })
       expect(m.result.tokens_predicted).toBeGreaterThan(0)
     }
-    const t = await run(engine, { prompt, n_predict: 12, temperature: 0.8, typical_p: 0.5, min_p: 0.1, top_p: 0.9, seed: 3 })
+    const t = await run(engine, { ...ask, n_predict: 12, temperature: 0.8, typical_p: 0.5, min_p: 0.1, top_p: 0.9, seed: 3 })
     expect(t.result.tokens_predicted).toBeGreaterThan(0)
   })
 
@@ -225,7 +225,7 @@ describe('request fields', () => {
 
   test('grammar (GBNF) constrains the output', async () => {
     const grammar = 'root ::= ("yes" | "no") "." [ ]? [0-9]+'
-    const { result } = await run(engine, { prompt: chat('Is the sky blue?'), n_predict: 12, temperature: 0.7, seed: 1, grammar })
+    const { result } = await run(engine, { messages: user('Is the sky blue?'), n_predict: 12, temperature: 0.7, seed: 1, grammar })
     expect(result.content).toMatch(/^(yes|no)\. ?[0-9]+$/)
   })
 
@@ -236,7 +236,7 @@ describe('request fields', () => {
       required: ['name', 'age'],
       additionalProperties: false,
     }
-    const { result } = await run(engine, { prompt: chat('Give a person as JSON.'), n_predict: 64, temperature: 0, json_schema })
+    const { result } = await run(engine, { messages: user('Give a person as JSON.'), n_predict: 64, temperature: 0, json_schema })
     const value = JSON.parse(result.content)
     expect(typeof value.name).toBe('string')
     expect(Number.isInteger(value.age)).toBe(true)
@@ -285,7 +285,7 @@ describe('context window', () => {
 
 describe('prompt cache', () => {
   test('a request sharing a prefix with the last one reuses its KV cache', async () => {
-    const prefix = chat('Here is a long instruction about writing a poem about the ocean and its waves.')
+    const prefix = engine.applyChatTemplate(user('Here is a long instruction about writing a poem about the ocean and its waves.'))
     await run(engine, { prompt: prefix, n_predict: 2, temperature: 0 })
     const n = engine.tokenize(prefix, { special: true }).length
     const { result } = await run(engine, { prompt: prefix + 'The ocean', n_predict: 2, temperature: 0 })

@@ -1,4 +1,4 @@
-const { chat, run, loadTarget } = require('./helpers')
+const { user, run, loadTarget } = require('./helpers')
 
 let engine
 beforeAll(async () => {
@@ -44,7 +44,7 @@ describe('abort and cancel', () => {
     const ac = new AbortController()
     const events = []
     const result = await engine.complete(
-      { prompt: chat('Write a long story about a dragon.'), n_predict: 500, temperature: 0, ignore_eos: true },
+      { messages: user('Write a long story about a dragon.'), n_predict: 500, temperature: 0, ignore_eos: true },
       (e) => {
         events.push(e)
         if (events.length === 5) ac.abort()
@@ -101,7 +101,7 @@ describe('abort and cancel', () => {
 
 describe('stream()', () => {
   test('yields the same events as complete(), ending with done', async () => {
-    const req = { prompt: chat('Name two animals.'), n_predict: 16, temperature: 0 }
+    const req = { messages: user('Name two animals.'), n_predict: 16, temperature: 0 }
     const viaCallback = await run(engine, req)
     const events = []
     for await (const e of engine.stream(req)) events.push(e)

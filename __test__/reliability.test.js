@@ -3,7 +3,7 @@
 // by `cargo test`: src/core/fuzz.rs.)
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, GEMMA, chat, run, loadTarget } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, GEMMA, user, run, loadTarget } = require('./helpers')
 
 const ROOT = path.join(__dirname, '..')
 const N_VOCAB = 49152
@@ -37,7 +37,7 @@ function hostileRequests(count, seed) {
     { enum: [] }, true, false, { anyOf: [] }, { type: 'integer', minimum: 5, maximum: 1 }, { oneOf: [{ type: 'null' }] },
     { type: 'array', minItems: 1000000 }, { type: 'string', minLength: 5, maxLength: 2 }, { type: 'array', items: { type: 'string' }, maxItems: 3 }]
   const prompts = () => pick([
-    'Hi', '', ' ', chat('Name a colour.'), 'Once upon a time', chat('Count to five.'), [1, 2, 3], [-1], [N_VOCAB], [N_VOCAB - 1], [1.5], ['a', 7, 'b'],
+    'Hi', '', ' ', 'Name a colour.', 'Once upon a time', 'Count to five.', [1, 2, 3], [-1], [N_VOCAB], [N_VOCAB - 1], [1.5], ['a', 7, 'b'],
     // Byte-level tokens whose text is not valid UTF-8 on its own.
     [49000, 48999, 120, 28], '\ud800\udc00', '\u0000\u0000', 'é'.repeat(300), [[1]], { text: 'x' },
   ])
@@ -70,7 +70,7 @@ describe('hostile requests', () => {
   let reference
   beforeAll(async () => {
     engine = await LlamaEngine.load({ modelPath: TARGET, draftModelPath: DRAFT, contextSize: 512, threads: 2 })
-    reference = (await engine.complete({ prompt: chat('Say hello.'), n_predict: 12, temperature: 0 })).content
+    reference = (await engine.complete({ messages: user('Say hello.'), n_predict: 12, temperature: 0 })).content
   })
   afterAll(() => engine.dispose())
 
@@ -101,7 +101,7 @@ describe('hostile requests', () => {
     // Both branches are exercised, so the generator is doing its job.
     expect(outcomes.served).toBeGreaterThan(30)
     expect(outcomes.rejected).toBeGreaterThan(30)
-    const after = await engine.complete({ prompt: chat('Say hello.'), n_predict: 12, temperature: 0 })
+    const after = await engine.complete({ messages: user('Say hello.'), n_predict: 12, temperature: 0 })
     expect(after.content).toBe(reference)
   })
 
@@ -140,13 +140,15 @@ describe('hostile requests', () => {
 
 describe('context limits', () => {
   let engine
+  // Rendered with the model's chat template: the prompt text is what the
+  // context must hold (a short system message keeps it under 128 tokens).
+  let prompt
   beforeAll(async () => {
     engine = await LlamaEngine.load({ modelPath: TARGET, draftModelPath: DRAFT, contextSize: 128, threads: 2 })
+    const passage = 'The quick brown fox jumps over the lazy dog. '.repeat(9)
+    prompt = engine.applyChatTemplate([{ role: 'system', content: 'Copy.' }, ...user(`Repeat exactly: ${passage}`)])
   })
   afterAll(() => engine.dispose())
-
-  const passage = 'The quick brown fox jumps over the lazy dog. '.repeat(9)
-  const prompt = chat(`Repeat exactly: ${passage}`)
 
   test('speculation near the end of the context never overflows it and stays exact', async () => {
     const n = engine.tokenize(prompt, { special: true }).length

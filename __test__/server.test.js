@@ -1,7 +1,7 @@
 const path = require('node:path')
 const vm = require('node:vm')
 const { pathToFileURL } = require('node:url')
-const { chat, loadTarget } = require('./helpers')
+const { user, loadTarget } = require('./helpers')
 
 const SERVER = path.join(__dirname, '..', 'examples', 'server.mjs')
 
@@ -130,7 +130,7 @@ describe('examples/server.mjs', () => {
   })
 
   test('stream: true sends server-sent events ending with the result', async () => {
-    const res = await post(base, '/completion', { prompt: chat('Name three fruits.'), n_predict: 24, temperature: 0, stream: true })
+    const res = await post(base, '/completion', { messages: user('Name three fruits.'), n_predict: 24, temperature: 0, stream: true })
     expect(res.status).toBe(200)
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/)
     const events = sseData(await res.text())
@@ -174,7 +174,7 @@ describe('examples/server.mjs', () => {
       const ac = new AbortController()
       const res = await fetch(`${base}/completion`, {
         method: 'POST',
-        body: JSON.stringify({ prompt: chat('Write a very long story about a dragon.'), n_predict: 2000, ignore_eos: true, temperature: 0, stream: true }),
+        body: JSON.stringify({ messages: user('Write a very long story about a dragon.'), n_predict: 2000, ignore_eos: true, temperature: 0, stream: true }),
         signal: ac.signal,
       })
       expect(res.status).toBe(200)

@@ -1,19 +1,22 @@
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
-const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, chat, run } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, user, run } = require('./helpers')
+
+// A request's input: a chat (rendered with the model's template) or a plain prompt.
+const ask = (text) => ({ messages: user(text) })
 
 const PROMPTS = [
-  chat('List the planets of the solar system in order.'),
-  chat('Write a haiku about autumn leaves.'),
-  chat('Explain what a hash table is in two sentences.'),
-  chat('Write a JavaScript function that reverses a string.'),
-  chat('Repeat exactly: The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog.'),
-  chat('What is the capital of Japan? Answer briefly.'),
-  'Once upon a time, in a small village by the sea,',
-  'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
-  chat('Translate to French: good morning, my friend.'),
-  chat('Give me three tips for better sleep.'),
+  ask('List the planets of the solar system in order.'),
+  ask('Write a haiku about autumn leaves.'),
+  ask('Explain what a hash table is in two sentences.'),
+  ask('Write a JavaScript function that reverses a string.'),
+  ask('Repeat exactly: The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog.'),
+  ask('What is the capital of Japan? Answer briefly.'),
+  { prompt: 'Once upon a time, in a small village by the sea,' },
+  { prompt: 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n' },
+  ask('Translate to French: good morning, my friend.'),
+  ask('Give me three tips for better sleep.'),
 ]
 
 // Modes that must reproduce plain greedy decoding exactly. Fixed-length
@@ -30,7 +33,7 @@ const MODES = [
 
 // The bench's 'code edit' input (read as text).
 const CODE = fs.readFileSync(path.join(__dirname, '..', 'bench', 'fixtures', 'summarize-orders.js'), 'utf8').split('\n').slice(1).join('\n').trimEnd()
-const LONG_PROMPT = chat(`Rename the variable \`subtotal\` to \`netAmount\` in this JavaScript function and return the whole function.\n\n\`\`\`js\n${CODE}\n\`\`\``)
+const LONG_PROMPT = ask(`Rename the variable \`subtotal\` to \`netAmount\` in this JavaScript function and return the whole function.\n\n\`\`\`js\n${CODE}\n\`\`\``)
 
 const N = 40
 
@@ -68,8 +71,8 @@ describe.each([
   })
   afterAll(() => engine.dispose())
 
-  test.each(PROMPTS.map((p, i) => [i, p]))('prompt %i: every mode equals mode "off" token for token', async (_i, prompt) => {
-    const base = { prompt, n_predict: N, temperature: 0, ignore_eos: true }
+  test.each(PROMPTS.map((p, i) => [i, p]))('prompt %i: every mode equals mode "off" token for token', async (_i, input) => {
+    const base = { ...input, n_predict: N, temperature: 0, ignore_eos: true }
     const off = await run(engine, { ...base, speculative: { mode: 'off' } })
     const ids = off.tokens.map((t) => t.id)
     expect(off.result.speculative.n_drafted).toBe(0)
@@ -85,10 +88,10 @@ describe.each([
 
   test('identity holds with penalties, logit_bias, a grammar and stop strings', async () => {
     const variants = [
-      { prompt: PROMPTS[0], repeat_penalty: 1.3, repeat_last_n: 32, frequency_penalty: 0.2, presence_penalty: 0.2 },
-      { prompt: PROMPTS[2], logit_bias: [[engine.tokenize(' a')[0], -5], [engine.tokenize(' the')[0], 2]] },
-      { prompt: PROMPTS[5], grammar: 'root ::= [A-Z][a-z]+ (" " [a-z]+)* "."' },
-      { prompt: PROMPTS[4], stop: ['lazy dog. The'] },
+      { ...PROMPTS[0], repeat_penalty: 1.3, repeat_last_n: 32, frequency_penalty: 0.2, presence_penalty: 0.2 },
+      { ...PROMPTS[2], logit_bias: [[engine.tokenize(' a')[0], -5], [engine.tokenize(' the')[0], 2]] },
+      { ...PROMPTS[5], grammar: 'root ::= [A-Z][a-z]+ (" " [a-z]+)* "."' },
+      { ...PROMPTS[4], stop: ['lazy dog. The'] },
     ]
     for (const v of variants) {
       const base = { n_predict: N, temperature: 0, ...v }
@@ -108,8 +111,8 @@ describe.each([
   // decoded alone, and greedy output flipped at near-ties. The engine is built
   // and configured so that every position's logits are batch-size invariant.
   test('identity holds on a long input-grounded prompt (128 tokens)', async () => {
-    const base = { prompt: LONG_PROMPT, n_predict: 128, temperature: 0, ignore_eos: true, cache_prompt: false }
-    expect(engine.tokenize(LONG_PROMPT, { special: true }).length).toBeGreaterThan(256)
+    const base = { ...LONG_PROMPT, n_predict: 128, temperature: 0, ignore_eos: true, cache_prompt: false }
+    expect(engine.tokenize(engine.applyChatTemplate(LONG_PROMPT.messages), { special: true }).length).toBeGreaterThan(256)
     const off = await run(engine, { ...base, speculative: { mode: 'off' } })
     for (const speculative of [MODES[1], MODES[2], MODES[4], MODES[5]]) {
       const r = await run(engine, { ...base, speculative })
@@ -130,7 +133,7 @@ describe('events and stats', () => {
     [{ mode: 'ngram+draft', adaptive: false, n_max: 6 }],
     [{ mode: 'auto' }],
   ])('per-step counts add up to the result totals (%j)', async (speculative) => {
-    const { events, result } = await run(engine, { prompt: PROMPTS[4], n_predict: 48, temperature: 0, ignore_eos: true, speculative })
+    const { events, result } = await run(engine, { ...PROMPTS[4], n_predict: 48, temperature: 0, ignore_eos: true, speculative })
     const steps = events.filter((e) => e.type === 'token' && e.tokens.length > 0)
     const s = result.speculative
     expect(steps.reduce((a, e) => a + e.n_drafted, 0)).toBe(s.n_drafted)
@@ -206,11 +209,11 @@ describe('stochastic verification keeps the target distribution', () => {
   const chiCritical = (df) => df * (1 - 2 / (9 * df) + 3.09 * Math.sqrt(2 / (9 * df))) ** 3
 
   test('2nd and 3rd tokens follow the same distribution with and without drafting (chain and tree)', async () => {
-    const prompt = chat('Name a color.')
-    const off = await run(engine, { prompt, n_predict: 1, temperature: 0 })
+    const prompt = ask('Name a color.')
+    const off = await run(engine, { ...prompt, n_predict: 1, temperature: 0 })
     const favourite = off.tokens[0].id
     const SAMPLES = 300
-    const base = { prompt, n_predict: 4, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true, logit_bias: [[favourite, -2]] }
+    const base = { ...prompt, n_predict: 4, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true, logit_bias: [[favourite, -2]] }
     const ARMS = [
       ['off', { mode: 'off' }],
       ['draft', { mode: 'draft', adaptive: false, n_max: 3, p_min: 0 }],
@@ -246,9 +249,9 @@ describe('stochastic verification keeps the target distribution', () => {
 })
 
 describe('n-gram caches', () => {
-  const question = chat('Describe the water cycle in a few sentences.')
-  const similar = chat('Describe the water cycle in a few sentences, please.')
-  const req = (prompt) => ({ prompt, n_predict: 64, temperature: 0, ignore_eos: true, speculative: { mode: 'ngram', adaptive: false, n_max: 8 } })
+  const question = ask('Describe the water cycle in a few sentences.')
+  const similar = ask('Describe the water cycle in a few sentences, please.')
+  const req = (input) => ({ ...input, n_predict: 64, temperature: 0, ignore_eos: true, speculative: { mode: 'ngram', adaptive: false, n_max: 8 } })
   const load = (extra = {}) => LlamaEngine.load({ modelPath: TARGET, contextSize: 1024, threads: 2, ...extra })
 
   test('the dynamic cache raises acceptance on a second, similar request; it saves and loads', async () => {

@@ -38,7 +38,8 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const sections = new Set((process.env.BENCH_SECTIONS || 'binding,draft,ngram,tiled').split(',').map((s) => s.trim()))
 
-const chat = (u) => `<|im_start|>user\n${u}<|im_end|>\n<|im_start|>assistant\n`
+// A chat request's input (rendered with the model's own template).
+const chat = (u) => ({ messages: [{ role: 'user', content: u }] })
 const FREE_PROMPTS = [
   chat('Write a short story about a lighthouse keeper.'),
   chat('Explain how photosynthesis works.'),
@@ -65,11 +66,11 @@ const elapsed = (since) => `${((Date.now() - since) / 1000).toFixed(0)} s`
 // ---------------------------------------------------------------------------
 // Shared helpers for the speculative sections.
 
-/** One greedy request; returns what the tables need (and the token ids). */
-async function run(engine, prompt, speculative) {
+/** One greedy request; returns what the tables need (and the token ids). `input` is { messages } or { prompt }. */
+async function run(engine, input, speculative) {
   const ids = []
   const res = await engine.complete(
-    { prompt, n_predict: N, temperature: 0, ignore_eos: true, cache_prompt: false, speculative },
+    { ...input, n_predict: N, temperature: 0, ignore_eos: true, cache_prompt: false, speculative },
     (ev) => {
       if (ev.type === 'token') for (const t of ev.tokens) ids.push(t.id)
     },
@@ -88,13 +89,13 @@ async function run(engine, prompt, speculative) {
 }
 
 /** A fresh engine for one request: the dynamic n-gram cache learns across requests. */
-async function runFresh(load, prompt, speculative) {
+async function runFresh(load, input, speculative) {
   const engine = await LlamaEngine.load(load)
   try {
     // One short unrelated request first (mode off: nothing is learned), so a
     // fresh engine is as warm as the shared one `off` runs on.
     await engine.complete({ prompt: 'Hello there.', n_predict: 8, temperature: 0, speculative: { mode: 'off' } })
-    return await run(engine, prompt, speculative)
+    return await run(engine, input, speculative)
   } finally {
     await engine.dispose()
   }
@@ -134,7 +135,8 @@ if (sections.has('binding')) {
   const plainBin = join(root, 'target', 'release', 'examples', 'plain_greedy')
   const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: THREADS })
   const rows = []
-  for (const [i, prompt] of FREE_PROMPTS.entries()) {
+  for (const [i, input] of FREE_PROMPTS.entries()) {
+    const prompt = engine.applyChatTemplate(input.messages) // plain_greedy takes the rendered text
     const plain = []
     const addon = []
     for (let r = 0; r < REPEATS; r++) {
@@ -190,10 +192,10 @@ if (sections.has('draft')) {
   const runs = pairs.map(() => DRAFT_PROMPTS.map(() => DRAFT_MODES.map(() => [])))
   for (let r = 0; r < REPEATS; r++) {
     for (const [p, pair] of pairs.entries()) {
-      for (const [i, [, prompt]] of DRAFT_PROMPTS.entries()) {
+      for (const [i, [, input]] of DRAFT_PROMPTS.entries()) {
         // All modes of one prompt back to back, so drift hits them alike.
         for (const [m, mode] of DRAFT_MODES.entries()) {
-          const res = mode.fresh ? await runFresh(pair.load, prompt, mode.spec) : await run(pair.engine, prompt, mode.spec)
+          const res = mode.fresh ? await runFresh(pair.load, input, mode.spec) : await run(pair.engine, input, mode.spec)
           runs[p][i][m].push(res)
         }
       }
@@ -288,16 +290,16 @@ if (sections.has('ngram')) {
   const batchMs = engine.status().batchCostMs
   if (!Array.isArray(batchMs)) throw new Error('bench: engine.status().batchCostMs is missing (an old native build?)')
   // Prompt ids for the ceiling (SmolLM2 adds no BOS; special tokens parsed).
-  const promptIds = NGRAM_PROMPTS.map(([, prompt]) => engine.tokenize(prompt, { special: true }))
+  const promptIds = NGRAM_PROMPTS.map(([, input]) => engine.tokenize(engine.applyChatTemplate(input.messages), { special: true }))
   const offRuns = NGRAM_PROMPTS.map(() => [])
   const modeRuns = NGRAM_PROMPTS.map(() => NGRAM_MODES.map(() => []))
   for (let r = 0; r < REPEATS; r++) {
-    for (const [i, [, prompt]] of NGRAM_PROMPTS.entries()) {
+    for (const [i, [, input]] of NGRAM_PROMPTS.entries()) {
       // off, then each n-gram mode, back to back, each on a fresh (warmed)
       // engine: a long-lived engine ran ~15 % faster than fresh ones here,
       // which made every mode look slower than off.
-      offRuns[i].push(await runFresh(load, prompt, { mode: 'off' }))
-      for (const [m, mode] of NGRAM_MODES.entries()) modeRuns[i][m].push(await runFresh(load, prompt, mode.spec))
+      offRuns[i].push(await runFresh(load, input, { mode: 'off' }))
+      for (const [m, mode] of NGRAM_MODES.entries()) modeRuns[i][m].push(await runFresh(load, input, mode.spec))
     }
   }
   await engine.dispose()
@@ -375,7 +377,8 @@ if (sections.has('tiled')) {
   const since = Date.now()
   console.log('\n## tiled: exactness cost on K-quant models (tiled K-quant mat-mul off = engine default, on = GGML_CPU_TILED_MM=1)')
   const probe = join(root, 'bench', 'probe.mjs')
-  const prompt = NGRAM_PROMPTS[1][1] // the code edit: ~300 prompt tokens
+  // The code edit as plain text (gemma-3-270m has no chat template): ~300 prompt tokens.
+  const prompt = NGRAM_PROMPTS[1][1].messages[0].content
   const env = (on) => {
     const e = { ...process.env }
     if (on) e.GGML_CPU_TILED_MM = '1'

@@ -27,8 +27,9 @@ const engine = await LlamaEngine.load({
   threads: 2,
 })
 
-const chat = (u) => `<|im_start|>user\n${u}<|im_end|>\n<|im_start|>assistant\n`
-const CHECK = { prompt: chat('Name three colours.'), n_predict: 24, temperature: 0, speculative: { mode: 'off' } }
+// Chat messages, rendered with the model's own template; one bad message in the bad requests.
+const user = (text) => [{ role: 'user', content: text }]
+const CHECK = { messages: user('Name three colours.'), n_predict: 24, temperature: 0, speculative: { mode: 'off' } }
 const reference = (await engine.complete(CHECK)).content
 
 const topics = ['the sea', 'a red bicycle', 'bread', 'the moon', 'a library', 'winter', 'a robot', 'tea']
@@ -38,13 +39,14 @@ const bad = [
   { prompt: [1e9] }, { prompt: 'x', temperature: 'hot' }, { prompt: 'x', grammar: 'root ::= [' },
   { prompt: 'x', n_predict: -7 }, { prompt: 'x', speculative: { mode: 'fast' } }, { prompt: 'x', logit_bias: [[-3, 1]] },
   { prompt: 'x', json_schema: { type: 'nonsense' } }, { prompt: 'x', stop: [1] },
+  { messages: [{ role: 'user', content: 42 }] }, { prompt: 'x', messages: user('x') },
 ]
 
 function request(i) {
   const kind = ['stream', 'complete', 'abort', 'queued-abort', 'bad', 'complete', 'stream', 'grammar', 'sampled', 'complete'][i % 10]
   const mode = modes[Math.floor(i / 10) % modes.length]
   const base = {
-    prompt: i % 3 === 0 ? chat(`Repeat exactly: ${passage}`) : chat(`Write one sentence about ${topics[i % topics.length]}.`),
+    messages: i % 3 === 0 ? user(`Repeat exactly: ${passage}`) : user(`Write one sentence about ${topics[i % topics.length]}.`),
     n_predict: 8 + (i % 17),
     temperature: 0,
     speculative: { mode },
