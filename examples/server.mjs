@@ -1,57 +1,55 @@
-// A dependency-free HTTP server over one LlamaEngine, with the endpoints of
-// llama.cpp's server that map onto it:
+// A dependency-free HTTP server over one LlamaEngine. It speaks the OpenAI
+// API, so the official `openai` client (and anything built on it) works
+// against a local model, and the endpoints of llama.cpp's server:
 //
-//   POST /completion   request fields as JSON; `stream: true` answers with
-//                      server-sent events, one `data: {...}` per token event,
-//                      then the result with `stop: true`
-//   POST /tokenize     { content, add_special?, with_pieces? } -> { tokens }
-//   POST /detokenize   { tokens } -> { content }
-//   GET  /health       { status: "ok" }, or 503 { status: "loading" }
+//   GET  /v1/models            the loaded model
+//   POST /v1/chat/completions  messages rendered with the model's chat template;
+//                              `stream: true` sends chat.completion.chunk events
+//                              (role in the first delta, finish_reason in the
+//                              last, a usage chunk with stream_options.include_usage)
+//                              then `data: [DONE]`
+//   POST /v1/completions       a plain prompt, streamed or not
+//   POST /completion           llama.cpp's request fields as JSON; `stream: true`
+//                              sends one `data: {...}` per token event, then the result
+//   POST /tokenize             { content, add_special?, with_pieces? } -> { tokens }
+//   POST /detokenize           { tokens } -> { content }
+//   GET  /health               { status: "ok" }, or 503 { status: "loading" }
 //
-//   node examples/server.mjs --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--draft PATH] [--port 8080] [--host 127.0.0.1]
-//   curl -N localhost:8080/completion -d '{"prompt": "Once upon a time", "n_predict": 32, "stream": true}'
+//   node examples/server.mjs --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--draft PATH] [--port 8080] [--host 127.0.0.1] [--api-key KEY]
+//   curl localhost:8080/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
 //
-// Requests share the one engine and run one at a time in arrival order (the
-// engine's FIFO queue). A client that disconnects aborts its own generation.
-// Errors are { error: { code, message } }: 400 for INVALID_REQUEST (the
-// message starts with the offending field) and unparseable JSON, 500 for
-// the rest.
+// Requests share the one engine and run in its queue. A client that
+// disconnects aborts its own generation. Errors are OpenAI-shaped,
+// { error: { message, type, param, code } } with the engine's stable code:
+// 400 for a client's mistake (the message starts with the offending field),
+// 401 without the --api-key, 404/405 for unknown routes, 503 while loading,
+// 500 only for the engine's own failures; 4xx answers carry
+// `x-should-retry: false` so clients do not retry them.
 import http from 'node:http'
-import { realpathSync } from 'node:fs'
+import { readFileSync, realpathSync } from 'node:fs'
+import { timingSafeEqual } from 'node:crypto'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
+import * as openai from './openai.mjs'
 
+const { ApiError } = openai
 const MAX_BODY = 16 * 1024 * 1024
 
-class HttpError extends Error {
-  constructor(status, code, message) {
-    super(message)
-    this.status = status
-    this.code = code
-  }
-}
-
-function statusFor(err) {
-  if (err instanceof HttpError) return err.status
-  return err && err.code === 'INVALID_REQUEST' ? 400 : 500
-}
-
-function sendJson(res, status, body) {
+function sendJson(res, status, body, headers = {}) {
   const text = JSON.stringify(body)
-  res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(text) })
+  res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(text), ...headers })
   res.end(text)
 }
 
 function sendError(res, err) {
-  const code = (err && err.code) || 'INTERNAL'
-  const message = (err && err.message) || String(err)
+  const e = openai.toApiError(err)
   if (res.headersSent) {
     // Mid-stream: the status is already 200, so say it as the last event.
-    if (!res.writableEnded) res.end(`data: ${JSON.stringify({ error: { code, message } })}\n\n`)
+    if (!res.writableEnded) res.end(`data: ${JSON.stringify(openai.errorBody(e))}\n\n`)
     return
   }
-  sendJson(res, statusFor(err), { error: { code, message } })
+  sendJson(res, e.status, openai.errorBody(e), e.status < 500 ? { 'x-should-retry': 'false' } : {})
 }
 
 async function readJson(req) {
@@ -59,7 +57,7 @@ async function readJson(req) {
   let size = 0
   for await (const chunk of req) {
     size += chunk.length
-    if (size > MAX_BODY) throw new HttpError(413, 'INVALID_REQUEST', `body: larger than ${MAX_BODY} bytes`)
+    if (size > MAX_BODY) throw new ApiError(413, `body: larger than ${MAX_BODY} bytes`)
     chunks.push(chunk)
   }
   const text = Buffer.concat(chunks).toString('utf8')
@@ -67,10 +65,10 @@ async function readJson(req) {
   try {
     body = JSON.parse(text)
   } catch (e) {
-    throw new HttpError(400, 'INVALID_REQUEST', `body: invalid JSON (${e.message})`)
+    throw new ApiError(400, `body: invalid JSON (${e.message})`)
   }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw new HttpError(400, 'INVALID_REQUEST', 'body: expected a JSON object')
+    throw new ApiError(400, 'body: expected a JSON object')
   }
   return body
 }
@@ -83,6 +81,20 @@ function disconnectSignal(res) {
     if (!res.writableEnded) ac.abort()
   })
   return ac.signal
+}
+
+/**
+ * Server-sent events on `res`. Headers wait for the first event, so a request
+ * the engine rejects before generating still gets its 400.
+ */
+function eventStream(res) {
+  return (data) => {
+    if (res.destroyed || res.writableEnded) return
+    if (!res.headersSent) {
+      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', Connection: 'keep-alive' })
+    }
+    res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
+  }
 }
 
 // llama.cpp's legacy per-token probabilities, from the event's tokens.
@@ -100,15 +112,7 @@ async function completion(engine, req, res) {
     if (!res.destroyed) sendJson(res, 200, result)
     return
   }
-  // Headers wait for the first event, so a request the engine rejects
-  // (INVALID_REQUEST) still gets its 400.
-  const write = (data) => {
-    if (res.destroyed || res.writableEnded) return
-    if (!res.headersSent) {
-      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', Connection: 'keep-alive' })
-    }
-    res.write(`data: ${JSON.stringify(data)}\n\n`)
-  }
+  const write = eventStream(res)
   await engine.complete(
     request,
     (event) => {
@@ -126,7 +130,7 @@ async function completion(engine, req, res) {
 
 async function tokenize(engine, req, res) {
   const body = await readJson(req)
-  if (typeof body.content !== 'string') throw new HttpError(400, 'INVALID_REQUEST', 'content: expected a string')
+  if (typeof body.content !== 'string') throw new ApiError(400, 'content: expected a string', { param: 'content' })
   const ids = engine.tokenize(body.content, {
     addBos: body.add_special === true,
     // llama.cpp's server parses control tokens such as <|im_start|> here.
@@ -141,19 +145,69 @@ async function detokenize(engine, req, res) {
   sendJson(res, 200, { content: engine.detokenize(body.tokens ?? []) })
 }
 
+function models(engine, _req, res, started) {
+  const id = engine.status().model
+  sendJson(res, 200, { object: 'list', data: [{ id, object: 'model', created: started, owned_by: 'llama-engine' }] })
+}
+
+/** /v1/chat/completions and /v1/completions: one engine request, OpenAI's shapes around it. */
+async function openaiCompletion(kind, engine, req, res) {
+  const body = await readJson(req)
+  const request = kind === 'chat' ? openai.chatRequest(body) : openai.completionRequest(body)
+  const head = openai.responseHead(kind, engine.status().model)
+  const signal = disconnectSignal(res)
+  if (body.stream !== true) {
+    const result = await engine.complete(request, null, signal)
+    if (!res.destroyed) sendJson(res, 200, kind === 'chat' ? openai.chatCompletion(head, result) : openai.textCompletion(head, result))
+    return
+  }
+  const write = eventStream(res)
+  const chunk = kind === 'chat' ? (fields) => openai.chatChunk(head, fields) : (fields) => openai.textChunk(head, fields)
+  const piece = (text) => (kind === 'chat' ? { delta: { content: text } } : { text })
+  let first = true
+  const result = await engine.complete(
+    request,
+    (event) => {
+      if (event.type !== 'token' || event.content === '') return
+      if (first && kind === 'chat') write(chunk({ delta: { role: 'assistant', content: '' } }))
+      first = false
+      write(chunk(piece(event.content)))
+    },
+    signal,
+  )
+  if (first && kind === 'chat') write(chunk({ delta: { role: 'assistant', content: '' } }))
+  write(chunk({ ...(kind === 'chat' ? { delta: {} } : { text: '' }), finish_reason: openai.finishReason(result) }))
+  if (body.stream_options?.include_usage === true) write(chunk({ usage: openai.usage(result) }))
+  write('[DONE]')
+  res.end()
+}
+
 const ROUTES = {
+  'GET /v1/models': models,
+  'POST /v1/chat/completions': (engine, req, res) => openaiCompletion('chat', engine, req, res),
+  'POST /v1/completions': (engine, req, res) => openaiCompletion('text', engine, req, res),
   'POST /completion': completion,
   'POST /completions': completion,
   'POST /tokenize': tokenize,
   'POST /detokenize': detokenize,
 }
 
+/** Whether the request carries `Authorization: Bearer <apiKey>` (compared in constant time). */
+function authorized(req, apiKey) {
+  const given = /^Bearer\s+(.+)$/i.exec(req.headers.authorization || '')?.[1]?.trim()
+  if (!given) return false
+  const a = Buffer.from(given)
+  const b = Buffer.from(apiKey)
+  return a.length === b.length && timingSafeEqual(a, b)
+}
+
 /**
  * An http.Server (not yet listening) serving `engine` — a LlamaEngine, or a
  * promise of one: until it resolves, /health says "loading" and the other
- * endpoints answer 503.
+ * endpoints answer 503. With `apiKey`, every endpoint but /health wants
+ * `Authorization: Bearer <apiKey>`.
  */
-export function createServer(engine) {
+export function createServer(engine, { apiKey } = {}) {
   let ready = engine && typeof engine.then === 'function' ? null : engine
   let loadError = null
   if (!ready) {
@@ -162,11 +216,12 @@ export function createServer(engine) {
       (e) => (loadError = e),
     )
   }
+  const started = Math.floor(Date.now() / 1000)
   return http.createServer(async (req, res) => {
     const path = new URL(req.url, 'http://localhost').pathname
     try {
       if (path === '/health' && req.method === 'GET') {
-        if (loadError) return sendJson(res, 500, { status: 'error', error: { code: loadError.code || 'INTERNAL', message: loadError.message } })
+        if (loadError) return sendJson(res, 500, { status: 'error', error: openai.errorBody(openai.toApiError(loadError)).error })
         if (!ready) return sendJson(res, 503, { status: 'loading' })
         if (ready.status().disposed) return sendJson(res, 503, { status: 'unavailable' })
         return sendJson(res, 200, { status: 'ok' })
@@ -175,12 +230,15 @@ export function createServer(engine) {
       if (!handler) {
         const known = path === '/health' || Object.keys(ROUTES).some((r) => r.endsWith(` ${path}`))
         throw known
-          ? new HttpError(405, 'METHOD_NOT_ALLOWED', `${req.method} is not allowed on ${path}`)
-          : new HttpError(404, 'NOT_FOUND', `no endpoint ${path}`)
+          ? new ApiError(405, `${req.method} is not allowed on ${path}`, { code: 'METHOD_NOT_ALLOWED' })
+          : new ApiError(404, `no endpoint ${path}`, { code: 'NOT_FOUND' })
+      }
+      if (apiKey && !authorized(req, apiKey)) {
+        throw new ApiError(401, 'a valid API key is required: Authorization: Bearer <key>', { code: 'INVALID_API_KEY' })
       }
       if (loadError) throw loadError
-      if (!ready) throw new HttpError(503, 'LOADING', 'the model is still loading')
-      await handler(ready, req, res)
+      if (!ready) throw new ApiError(503, 'the model is still loading', { code: 'LOADING' })
+      await handler(ready, req, res, started)
     } catch (err) {
       if (!res.destroyed) sendError(res, err)
     }
@@ -197,7 +255,8 @@ function isMain() {
 }
 
 async function serve() {
-  const usage = 'Usage: node examples/server.mjs --model PATH [--draft PATH] [--port 8080] [--host 127.0.0.1] [--ctx-size N] [--threads N]'
+  const usage =
+    'Usage: node examples/server.mjs --model PATH [--draft PATH] [--port 8080] [--host 127.0.0.1] [--ctx-size N] [--threads N] [--api-key KEY] [--chat-template FILE]'
   let values
   try {
     ;({ values } = parseArgs({
@@ -208,6 +267,8 @@ async function serve() {
         host: { type: 'string' },
         'ctx-size': { type: 'string', short: 'c' },
         threads: { type: 'string', short: 't' },
+        'api-key': { type: 'string' },
+        'chat-template': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -232,13 +293,15 @@ async function serve() {
   if (values.draft) options.draftModelPath = resolve(values.draft)
   if (values['ctx-size'] !== undefined) options.contextSize = integer('ctx-size', values['ctx-size'])
   if (values.threads !== undefined) options.threads = integer('threads', values.threads)
+  if (values['chat-template'] !== undefined) options.chatTemplate = readFileSync(values['chat-template'], 'utf8')
+  const apiKey = values['api-key'] ?? process.env.LLAMA_ENGINE_API_KEY
   const port = integer('port', values.port ?? process.env.PORT ?? '8080')
   const host = values.host ?? '127.0.0.1'
 
   const { LlamaEngine } = await import('../index.mjs')
   // Listen at once, so /health can say "loading" while the model loads.
   const loading = LlamaEngine.load(options)
-  const server = createServer(loading)
+  const server = createServer(loading, { apiKey })
   server.listen(port, host, () => {
     const { port: actual } = server.address()
     console.error(`listening on http://${host}:${actual}, loading ${options.modelPath}`)
