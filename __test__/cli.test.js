@@ -1,6 +1,6 @@
 const path = require('node:path')
 const { spawn } = require('node:child_process')
-const { TARGET } = require('./helpers')
+const { TARGET, user, loadTarget } = require('./helpers')
 
 const CLI = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
 const BASE = ['--model', TARGET, '--ctx-size', '1024', '--threads', '2', '--temperature', '0']
@@ -48,14 +48,67 @@ describe('llama-engine CLI', () => {
     expect(plain.stdout).toBe(done.content)
   })
 
-  test('reads the prompt from stdin when there is no --prompt, and --chat wraps it', async () => {
-    const r = await cli([...BASE, '--n_predict', '16', '--chat', '--json'], { input: 'Name a colour.' })
+  test("reads the prompt from stdin when there is no --prompt; --chat and --system render it with the model's template", async () => {
+    const engine = await loadTarget({ contextSize: 1024 })
+    const rendered = (messages) => engine.tokenize(engine.applyChatTemplate(messages), { special: true }).length
+    try {
+      const r = await cli([...BASE, '--n_predict', '16', '--chat', '--json'], { input: 'Name a colour.' })
+      expect(r.code).toBe(0)
+      const done = parseLines(r.stdout).pop()
+      expect(done.type).toBe('done')
+      expect(done.tokens_predicted).toBeGreaterThan(0)
+      expect(done.tokens_evaluated).toBe(rendered(user('Name a colour.')))
+      const s = await cli([...BASE, '--n_predict', '4', '--system', 'Be terse.', '--json', '--prompt', 'Name a colour.'])
+      expect(parseLines(s.stdout).pop().tokens_evaluated).toBe(rendered([{ role: 'system', content: 'Be terse.' }, ...user('Name a colour.')]))
+    } finally {
+      await engine.dispose()
+    }
+  })
+
+  test('--interactive holds a conversation: each turn reuses the cached history; end of input quits', async () => {
+    const r = await cli([...BASE, '--interactive', '--system', 'Answer in one short sentence.', '--spec', 'off'], {
+      input: 'What is the capital of France?\nAnd of Italy?\n',
+    })
     expect(r.code).toBe(0)
-    const done = parseLines(r.stdout).pop()
-    expect(done.type).toBe('done')
-    expect(done.tokens_predicted).toBeGreaterThan(0)
-    // The ChatML wrapping: user turn + assistant header, well over the 4 words typed.
-    expect(done.tokens_evaluated).toBeGreaterThan(8)
+    expect(r.stdout).toMatch(/Paris[\s\S]*Rome/)
+    const turns = [...r.stderr.matchAll(/prompt (\d+) tokens, (\d+) from cache/g)].map((m) => [Number(m[1]), Number(m[2])])
+    expect(turns).toHaveLength(2)
+    expect(turns[0][1]).toBe(0)
+    // The second turn evaluates only its new message: the first turn, answer included, is cached.
+    const firstAnswer = Number(/^\[(\d+) tokens/m.exec(r.stderr)[1])
+    expect(turns[1][1]).toBeGreaterThanOrEqual(turns[0][0] + firstAnswer - 1)
+    expect(r.stderr).toMatch(/2 turns/)
+    const bad = await cli(['--interactive', '--prompt', 'x'])
+    expect(bad.code).toBe(2)
+  })
+
+  test('--interactive on a terminal: Ctrl-C stops the answer, the conversation goes on, Ctrl-D quits', async () => {
+    // `script` gives the CLI a real pseudo-terminal (readline in raw mode, keys as bytes).
+    const cmd = [process.execPath, CLI, ...BASE, '--interactive', '--n_predict', '2000', '--ignore_eos'].map((a) => `'${a}'`).join(' ')
+    const child = spawn('script', ['-qfec', cmd, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, TERM: 'dumb' } })
+    let out = ''
+    child.stdout.setEncoding('utf8')
+    child.stdout.on('data', (d) => (out += d))
+    const waitFor = async (re, from = 0) => {
+      for (let i = 0; i < 600 && !re.test(out.slice(from)); i++) await new Promise((r) => setTimeout(r, 50))
+      return re.test(out.slice(from))
+    }
+    const exited = new Promise((resolve) => child.on('close', resolve))
+    try {
+      expect(await waitFor(/> /)).toBe(true)
+      child.stdin.write('Tell me a long story.\r')
+      const mark = out.length
+      expect(await waitFor(/\w{3,}/, mark + 40)).toBe(true) // the answer is being written
+      child.stdin.write('\x03') // Ctrl-C: stop this answer only
+      expect(await waitFor(/from cache; .*stopped\]/)).toBe(true)
+      child.stdin.write('\x03') // Ctrl-C at the prompt: a hint, nothing else
+      expect(await waitFor(/Ctrl-D to quit/)).toBe(true)
+      child.stdin.write('\x04') // Ctrl-D: leave
+      expect(await exited).toBe(0)
+      expect(out).toMatch(/1 turn\b/)
+    } finally {
+      child.kill()
+    }
   })
 
   test('--json prints one JSON event per line, the last is done, contents add up', async () => {

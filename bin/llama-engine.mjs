@@ -1,8 +1,10 @@
 #!/usr/bin/env node
-// llama-engine command line: streams one completion to stdout.
+// llama-engine command line: streams one completion to stdout, or holds a
+// conversation.
 //
 //   llama-engine --prompt "The capital of France is" --n_predict 16 --temperature 0
 //   echo "Summarise: ..." | llama-engine --chat --draft models/SmolLM2-135M-Instruct.Q2_K.gguf
+//   llama-engine --interactive --system "You are terse."
 //
 // Sampling flags carry the request field names (--top_k, --n_predict, ...);
 // speculative flags map to request.speculative. See --help.
@@ -11,7 +13,8 @@
 // 2 bad command line, 130 interrupted by Ctrl-C (143 for SIGTERM).
 // Importable: `main(argv)` runs the CLI and resolves with the exit code
 // (scripts/demo.mjs uses it).
-import { realpathSync } from 'node:fs'
+import { readFileSync, realpathSync } from 'node:fs'
+import { createInterface } from 'node:readline'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
@@ -60,6 +63,9 @@ const OPTIONS = {
   'ctx-size': { type: 'string', short: 'c' },
   threads: { type: 'string', short: 't' },
   chat: { type: 'boolean' },
+  system: { type: 'string' },
+  interactive: { type: 'boolean', short: 'i' },
+  'chat-template': { type: 'string' },
   prompt: { type: 'string', short: 'p' },
   json: { type: 'boolean' },
   'no-color': { type: 'boolean' },
@@ -78,7 +84,13 @@ Models:
 
 Prompt and output:
   -p, --prompt TEXT         the prompt
-      --chat                wrap the prompt in the ChatML template (user turn, then assistant)
+      --chat                send the prompt as a user message, rendered with the model's
+                            own chat template (tokenizer.chat_template in the GGUF)
+      --system TEXT         a system message before it (implies --chat)
+  -i, --interactive         a conversation: type a message, read the answer, go on
+                            (the whole history is kept and its KV cache reused);
+                            Ctrl-C stops the answer being written, Ctrl-D quits
+      --chat-template FILE  a Jinja chat template to use instead of the GGUF's
       --json                print every event as one JSON line on stdout (the last is "done")
       --no-color            do not colour tokens by source (also: NO_COLOR=1)
   -h, --help                this help
@@ -178,20 +190,33 @@ export function parseCli(argv, env = process.env) {
   if (v.draft !== undefined) load.draftModelPath = resolve(v.draft)
   if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
+  if (v['chat-template'] !== undefined) {
+    try {
+      load.chatTemplate = readFileSync(v['chat-template'], 'utf8')
+    } catch (e) {
+      throw new UsageError(`--chat-template: cannot read ${v['chat-template']} (${e.code || e.message})`)
+    }
+  }
+  if (v.interactive && (v.prompt !== undefined || v.json)) {
+    throw new UsageError('--interactive reads its messages from the terminal: it takes no --prompt or --json')
+  }
 
   return {
     help: Boolean(v.help),
     json: Boolean(v.json),
     noColor: Boolean(v['no-color']) || Boolean(env.NO_COLOR),
-    chat: Boolean(v.chat),
+    chat: Boolean(v.chat) || v.system !== undefined || Boolean(v.interactive),
+    system: v.system,
+    interactive: Boolean(v.interactive),
     prompt: v.prompt,
     load,
     request,
   }
 }
 
-export function chatml(user) {
-  return `<|im_start|>user\n${user}<|im_end|>\n<|im_start|>assistant\n`
+/** The opening messages of a chat: the system message, if any. */
+function opening(cli) {
+  return cli.system !== undefined ? [{ role: 'system', content: cli.system }] : []
 }
 
 const RESET = '\x1b[0m'
@@ -268,7 +293,7 @@ export async function main(argv = process.argv.slice(2)) {
     stdout.write(USAGE)
     return 0
   }
-  if (cli.prompt === undefined && process.stdin.isTTY) {
+  if (cli.prompt === undefined && process.stdin.isTTY && !cli.interactive) {
     stderr.write(`llama-engine: no prompt: pass --prompt TEXT or pipe it on stdin\n\n${USAGE}`)
     return 2
   }
@@ -301,8 +326,7 @@ export async function main(argv = process.argv.slice(2)) {
 
   let engine = null
   try {
-    let prompt = cli.prompt ?? (await readStdin())
-    if (cli.chat) prompt = chatml(prompt)
+    const prompt = cli.interactive ? null : (cli.prompt ?? (await readStdin()))
     phase = 'load'
 
     let LlamaEngine
@@ -340,9 +364,14 @@ export async function main(argv = process.argv.slice(2)) {
         write(event.content)
       }
     }
+    if (cli.interactive) {
+      process.off('SIGINT', onSigint) // the conversation handles Ctrl-C itself
+      return await converse(engine, cli, onEvent, write)
+    }
+    const input = cli.chat ? { messages: [...opening(cli), { role: 'user', content: prompt }] } : { prompt }
     let result
     try {
-      result = await engine.complete({ ...cli.request, prompt }, onEvent, ac.signal)
+      result = await engine.complete({ ...cli.request, ...input }, onEvent, ac.signal)
     } catch (e) {
       stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
       return 1
@@ -358,6 +387,68 @@ export async function main(argv = process.argv.slice(2)) {
     process.off('SIGTERM', onSigterm)
     stdout.off('error', onStdoutError)
   }
+}
+
+/**
+ * --interactive: reads messages line by line (a terminal, or any stdin),
+ * answers each with the whole conversation so far, and keeps the answer in
+ * the history. Every turn after the first evaluates only what is new: the
+ * engine's KV cache still holds the conversation. Ctrl-C stops the answer
+ * being written (what was written stays in the history); at the prompt it
+ * says how to leave. Ctrl-D (end of input) quits with 0.
+ */
+async function converse(engine, cli, onEvent, write) {
+  const { stdin, stdout, stderr } = process
+  const terminal = Boolean(stdin.isTTY && stdout.isTTY)
+  const rl = createInterface({ input: stdin, output: terminal ? stdout : undefined, terminal, prompt: '> ' })
+  const history = opening(cli)
+  let answering = null // the AbortController of the answer being written
+  const interrupt = () => {
+    if (answering) answering.abort()
+    else if (terminal) {
+      stdout.write('\n(Ctrl-D to quit)\n')
+      rl.prompt()
+    }
+  }
+  rl.on('SIGINT', interrupt) // a terminal: readline sees Ctrl-C as a key
+  process.on('SIGINT', interrupt) // piped input: a real signal
+  const lines = rl[Symbol.asyncIterator]()
+  let turns = 0
+  try {
+    for (;;) {
+      if (terminal) rl.prompt()
+      const { value: line, done } = await lines.next()
+      if (done) break
+      if (line.trim() === '') continue
+      history.push({ role: 'user', content: line })
+      answering = new AbortController()
+      let result
+      try {
+        result = await engine.complete({ ...cli.request, messages: history }, onEvent, answering.signal)
+      } catch (e) {
+        stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+        history.pop()
+        continue
+      } finally {
+        answering = null
+      }
+      history.push({ role: 'assistant', content: result.content })
+      turns++
+      if (!result.content.endsWith('\n')) write('\n')
+      const t = result.timings
+      stderr.write(
+        `[${result.tokens_predicted} tokens, ${fixed(t.predicted_per_second)} tokens/s; prompt ${result.tokens_evaluated} tokens, ` +
+          `${result.tokens_cached} from cache; ${result.speculative.n_accepted}/${result.speculative.n_drafted} drafted accepted` +
+          `${result.stopped_abort ? '; stopped' : ''}]\n`,
+      )
+    }
+  } finally {
+    process.off('SIGINT', interrupt)
+    rl.close()
+  }
+  if (terminal) stdout.write('\n')
+  stderr.write(`${turns} turn${turns === 1 ? '' : 's'}\n`)
+  return 0
 }
 
 function isMain() {
