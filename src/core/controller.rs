@@ -7,6 +7,14 @@
 //! the best expected tokens per millisecond. Zero (plain decoding) is one of
 //! the choices; while it wins, a cheap probe now and then keeps the
 //! acceptance estimate fresh, with a back-off so probing stays rare.
+//!
+//! What a draft costs is a `StepPrice`: alone, a batch of 1 + k tokens
+//! against one; beside other requests, what k tokens add to the batch that
+//! is decoded anyway (`core::schedule`), weighed against the step's tokens
+//! per millisecond without them — so the same draft that pays alone is left
+//! out when the batch is already large.
+
+use super::schedule::StepPrice;
 
 /// Decay of the running estimates: about the last 30 observations matter.
 const DECAY: f64 = 0.97;
@@ -271,23 +279,23 @@ impl DraftController {
         total
     }
 
-    /// The draft length with the best expected throughput, and that
-    /// throughput relative to plain decoding. Without cost data it falls back
-    /// to the seeds' heuristic and drafts `n_max`.
-    pub fn plan(&self, costs: &BatchCost, draft_cost_ms: Option<f64>) -> (usize, f64) {
-        self.plan_upto(costs, draft_cost_ms, self.n_max)
+    /// The draft length with the best expected throughput of the step, and
+    /// that throughput relative to the step without drafts. Without cost
+    /// data it falls back to the seeds' heuristic and drafts `n_max`.
+    pub fn plan(&self, price: Option<&StepPrice>, draft_cost_ms: Option<f64>) -> (usize, f64) {
+        self.plan_upto(price, draft_cost_ms, self.n_max)
     }
 
     /// [`plan`](Self::plan) among lengths up to `cap`.
-    pub fn plan_upto(&self, costs: &BatchCost, draft_cost_ms: Option<f64>, cap: usize) -> (usize, f64) {
-        self.plan_with(costs, draft_cost_ms, cap, |k| self.expected_tokens(k))
+    pub fn plan_upto(&self, price: Option<&StepPrice>, draft_cost_ms: Option<f64>, cap: usize) -> (usize, f64) {
+        self.plan_with(price, draft_cost_ms, cap, |k| self.expected_tokens(k))
     }
 
     /// The best prefix of a draft whose tokens have these classes: the same
     /// choice, with each token's chance of acceptance taken from its class.
-    pub fn plan_classified(&self, costs: &BatchCost, classes: &[u8]) -> (usize, f64) {
+    pub fn plan_classified(&self, price: Option<&StepPrice>, classes: &[u8]) -> (usize, f64) {
         let rates: Vec<f64> = classes.iter().enumerate().map(|(i, &c)| self.class_rate(c, i == 0)).collect();
-        self.plan_with(costs, None, classes.len(), |k| {
+        self.plan_with(price, None, classes.len(), |k| {
             let (mut run, mut total) = (1.0, 1.0);
             for r in &rates[..k.min(rates.len())] {
                 run *= r;
@@ -297,19 +305,27 @@ impl DraftController {
         })
     }
 
-    fn plan_with(&self, costs: &BatchCost, draft_cost_ms: Option<f64>, cap: usize, expected: impl Fn(usize) -> f64) -> (usize, f64) {
+    /// The k maximising the step's tokens per ms: verifying k drafted
+    /// tokens costs what they add to the batch decoded anyway
+    /// (`price.extra_ms[k]`: the marginal cost under load, a batch of 1 + k
+    /// against one token when the request is alone) plus drafting them.
+    fn plan_with(
+        &self,
+        price: Option<&StepPrice>,
+        draft_cost_ms: Option<f64>,
+        cap: usize,
+        expected: impl Fn(usize) -> f64,
+    ) -> (usize, f64) {
         if !self.adaptive || self.n_max == 0 {
             return (self.n_max, 1.0);
         }
-        let (Some(t1), Some(cd)) = (costs.estimate(1), draft_cost_ms.or(self.draft_ms)) else {
+        let (Some(price), Some(cd)) = (price, draft_cost_ms.or(self.draft_ms)) else {
             return (self.n_max, 1.0);
         };
-        let base = 1.0 / t1;
+        let base = price.base_rate();
         let mut best = (0usize, 1.0f64);
-        for k in 1..=self.n_max.min(cap).min(costs.max().saturating_sub(1)) {
-            let Some(tv) = costs.estimate(k + 1) else { continue };
-            let rate = expected(k) / (tv + cd * k as f64);
-            let gain = rate / base;
+        for k in 1..=self.n_max.min(cap).min(price.max_k()) {
+            let gain = price.rate(k, expected(k), cd * k as f64) / base;
             if gain > best.1 {
                 best = (k, gain);
             }
@@ -317,21 +333,21 @@ impl DraftController {
         best
     }
 
-    /// The best speed-up this drafter could reach if every draft were
-    /// accepted. Below 1 it can never pay on this machine: not worth probing.
-    pub fn ceiling(&self, costs: &BatchCost, draft_cost_ms: Option<f64>) -> f64 {
-        let (Some(t1), Some(cd)) = (costs.estimate(1), draft_cost_ms.or(self.draft_ms)) else {
+    /// The best speed-up of the step this drafter could bring if every
+    /// draft were accepted. Below 1 it can never pay at this price: not
+    /// worth probing.
+    pub fn ceiling(&self, price: Option<&StepPrice>, draft_cost_ms: Option<f64>) -> f64 {
+        let (Some(price), Some(cd)) = (price, draft_cost_ms.or(self.draft_ms)) else {
             return f64::INFINITY;
         };
-        (1..=self.n_max.min(costs.max().saturating_sub(1)))
-            .filter_map(|k| costs.estimate(k + 1).map(|tv| (k as f64 + 1.0) / (tv + cd * k as f64) * t1))
-            .fold(0.0, f64::max)
+        let base = price.base_rate();
+        (1..=self.n_max.min(price.max_k())).map(|k| price.rate(k, k as f64 + 1.0, cd * k as f64) / base).fold(0.0, f64::max)
     }
 
     /// The length to draft this step. `available` caps it (what the drafter
     /// can offer, the room left in the context, the tokens left to predict).
-    pub fn next_length(&mut self, costs: &BatchCost, available: usize) -> usize {
-        self.next_length_with_setup(costs, available, 0.0)
+    pub fn next_length(&mut self, price: Option<&StepPrice>, available: usize) -> usize {
+        self.next_length_with_setup(price, available, 0.0)
     }
 
     /// As [`next_length`](Self::next_length), when drafting now first costs
@@ -339,17 +355,17 @@ impl DraftController {
     /// tokens it has not seen). A planned draft must win that back within
     /// [`SETUP_HORIZON`] steps; a probe is only taken when its setup costs
     /// no more than two plain tokens.
-    pub fn next_length_with_setup(&mut self, costs: &BatchCost, available: usize, setup_ms: f64) -> usize {
-        self.decide(costs, available, setup_ms, None)
+    pub fn next_length_with_setup(&mut self, price: Option<&StepPrice>, available: usize, setup_ms: f64) -> usize {
+        self.decide(price, available, setup_ms, None)
     }
 
     /// How much of a draft whose tokens have these classes to verify.
-    pub fn next_length_classified(&mut self, costs: &BatchCost, classes: &[u8]) -> usize {
-        self.decide(costs, classes.len(), 0.0, Some(classes))
+    pub fn next_length_classified(&mut self, price: Option<&StepPrice>, classes: &[u8]) -> usize {
+        self.decide(price, classes.len(), 0.0, Some(classes))
     }
 
-    fn decide(&mut self, costs: &BatchCost, available: usize, setup_ms: f64, classes: Option<&[u8]>) -> usize {
-        if self.adaptive && self.ceiling(costs, None) < 1.0 {
+    fn decide(&mut self, price: Option<&StepPrice>, available: usize, setup_ms: f64, classes: Option<&[u8]>) -> usize {
+        if self.adaptive && self.ceiling(price, None) < 1.0 {
             return 0;
         }
         let classified = classes.is_some() && !self.class_reached.is_empty();
@@ -362,11 +378,11 @@ impl DraftController {
             }
         }
         let (k, _) = match classes {
-            Some(c) if classified => self.plan_classified(costs, c),
-            _ => self.plan_upto(costs, None, available),
+            Some(c) if classified => self.plan_classified(price, c),
+            _ => self.plan_upto(price, None, available),
         };
         let mut k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
-        if self.adaptive && k > 0 && setup_ms > 0.0 && self.saving_ms(costs, k) * SETUP_HORIZON < setup_ms {
+        if self.adaptive && k > 0 && setup_ms > 0.0 && self.saving_ms(price, k) * SETUP_HORIZON < setup_ms {
             k = 0;
         }
         if k > 0 || !self.adaptive {
@@ -380,8 +396,8 @@ impl DraftController {
             return 0;
         }
         self.idle += 1;
-        let t1 = costs.estimate(1).unwrap_or(f64::INFINITY);
-        if self.idle >= self.probe_every && available > 0 && setup_ms <= 2.0 * t1 {
+        let per_token = price.map_or(f64::INFINITY, StepPrice::ms_per_token);
+        if self.idle >= self.probe_every && available > 0 && setup_ms <= 2.0 * per_token {
             self.idle = 0;
             self.probe_every = (self.probe_every * 2).min(PROBE_MAX);
             return available.min(2);
@@ -389,13 +405,14 @@ impl DraftController {
         0
     }
 
-    /// Expected time (ms) a step drafting k saves against producing the same
-    /// tokens plainly; negative when it loses.
-    pub fn saving_ms(&self, costs: &BatchCost, k: usize) -> f64 {
-        let (Some(t1), Some(tv), Some(cd)) = (costs.estimate(1), costs.estimate(k + 1), self.draft_ms) else {
+    /// Expected time (ms) a step drafting k saves against producing the
+    /// same tokens without drafts, at the step's cost per token; negative
+    /// when it loses.
+    pub fn saving_ms(&self, price: Option<&StepPrice>, k: usize) -> f64 {
+        let (Some(price), Some(cd)) = (price, self.draft_ms) else {
             return 0.0;
         };
-        self.expected_tokens(k) * t1 - (tv + cd * k as f64)
+        (self.expected_tokens(k) - 1.0) * price.ms_per_token() - (price.extra_ms[k.min(price.max_k())] + cd * k as f64)
     }
 
     /// A probe or draft showed speculation pays again: probe eagerly.
@@ -411,6 +428,11 @@ impl DraftController {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The price of a request alone, for every length the table knows.
+    fn alone(c: &BatchCost) -> Option<StepPrice> {
+        StepPrice::alone(c, c.max() - 1)
+    }
 
     /// The batch costs measured on the 2-core reference machine (NOTES.md).
     fn cpu_costs() -> BatchCost {
@@ -440,7 +462,7 @@ mod tests {
         for _ in 0..50 {
             c.observe_acceptance(4, 3);
         }
-        assert_eq!(c.plan(&cpu_costs(), None).0, 0);
+        assert_eq!(c.plan(alone(&cpu_costs()).as_ref(), None).0, 0);
     }
 
     #[test]
@@ -451,7 +473,7 @@ mod tests {
         for _ in 0..60 {
             c.observe_acceptance(16, 16);
         }
-        let (k, gain) = c.plan(&cpu_costs(), None);
+        let (k, gain) = c.plan(alone(&cpu_costs()).as_ref(), None);
         assert!(k >= 8, "k = {k}");
         assert!(gain > 1.5, "gain = {gain}");
     }
@@ -464,7 +486,7 @@ mod tests {
             c.observe_acceptance(8, 8);
             c.observe_acceptance(8, 5);
         }
-        let (k, gain) = c.plan(&cpu_costs(), None);
+        let (k, gain) = c.plan(alone(&cpu_costs()).as_ref(), None);
         assert!(k >= 2, "k = {k}");
         assert!(gain > 1.0);
     }
@@ -473,14 +495,14 @@ mod tests {
     fn a_drafter_that_cannot_pay_even_when_always_right_is_never_probed() {
         let mut c = DraftController::new(16, true, 1.0);
         c.observe_draft_cost(1, 5.6);
-        assert!(c.ceiling(&cpu_costs(), None) < 1.0);
-        assert!((0..500).all(|_| c.next_length(&cpu_costs(), 16) == 0));
+        assert!(c.ceiling(alone(&cpu_costs()).as_ref(), None) < 1.0);
+        assert!((0..500).all(|_| c.next_length(alone(&cpu_costs()).as_ref(), 16) == 0));
         // A slower target (F16, ~10.8 ms/token) makes the same draft worth a try.
         let mut f16 = BatchCost::new(17);
         for (n, ms) in [(1, 10.8), (2, 13.0), (4, 17.0), (8, 30.0), (16, 55.0)] {
             f16.observe(n, ms);
         }
-        assert!(c.ceiling(&f16, None) > 1.0);
+        assert!(c.ceiling(alone(&f16).as_ref(), None) > 1.0);
     }
 
     #[test]
@@ -492,19 +514,19 @@ mod tests {
             c.observe_acceptance(8, 8);
         }
         let costs = cpu_costs();
-        assert!(c.next_length(&costs, 8) > 0);
+        assert!(c.next_length(alone(&costs).as_ref(), 8) > 0);
         // …but the steps that drafted were measured slower per token.
         for _ in 0..5 {
             c.observe_step(false, 1, 8.0);
             c.observe_step(true, 4, 40.0);
         }
-        let drafted = (0..40).filter(|_| c.next_length(&costs, 8) > 0).count();
+        let drafted = (0..40).filter(|_| c.next_length(alone(&costs).as_ref(), 8) > 0).count();
         assert!(drafted <= 5, "only probes remain, drafted {drafted} times");
         // Once drafting steps measure faster, it drafts again.
         for _ in 0..20 {
             c.observe_step(true, 8, 30.0);
         }
-        assert!(c.next_length(&costs, 8) > 0);
+        assert!(c.next_length(alone(&costs).as_ref(), 8) > 0);
     }
 
     #[test]
@@ -528,7 +550,7 @@ mod tests {
             c.observe_acceptance(3, 3);
         }
         assert!(c.accept_rate(10) > 0.9, "{}", c.accept_rate(10));
-        let (k, gain) = c.plan(&cpu_costs(), None);
+        let (k, gain) = c.plan(alone(&cpu_costs()).as_ref(), None);
         assert!(k > 3, "k = {k}");
         assert!(gain > 1.5, "gain = {gain}");
         // Where drafts break off at depth 2, deeper positions are not trusted.
@@ -538,7 +560,7 @@ mod tests {
             d.observe_acceptance(4, 2);
         }
         assert!(d.accept_rate(2) < 0.2, "{}", d.accept_rate(2));
-        assert!(d.plan(&cpu_costs(), None).0 <= 2);
+        assert!(d.plan(alone(&cpu_costs()).as_ref(), None).0 <= 2);
     }
 
     #[test]
@@ -554,7 +576,7 @@ mod tests {
             c.observe_step(false, 1, 8.0);
             c.observe_step(true, 4, 40.0);
         }
-        assert!((0..20).all(|_| c.next_length(&costs, 8) > 0));
+        assert!((0..20).all(|_| c.next_length(alone(&costs).as_ref(), 8) > 0));
     }
 
     #[test]
@@ -566,15 +588,15 @@ mod tests {
         // Before anything is measured the priors decide: a draft that starts
         // on a weak match is not verified, one on a strong match is, and
         // only as far as its tokens stay strong.
-        assert_eq!(c.next_length_classified(&costs, &[0, 0, 0, 0]), 0);
-        let k = c.next_length_classified(&costs, &[1, 1, 1, 1, 1, 1, 0, 0]);
+        assert_eq!(c.next_length_classified(alone(&costs).as_ref(), &[0, 0, 0, 0]), 0);
+        let k = c.next_length_classified(alone(&costs).as_ref(), &[1, 1, 1, 1, 1, 1, 0, 0]);
         assert!((2..=6).contains(&k), "k = {k}");
         // Strong matches that keep being rejected lose their standing.
         for _ in 0..40 {
             c.observe_classes(&[1, 1, 1, 1], 0);
         }
         assert!(c.class_rate(1, true) < 0.2);
-        assert_eq!(c.plan_classified(&costs, &[1, 1, 1, 1]).0, 0);
+        assert_eq!(c.plan_classified(alone(&costs).as_ref(), &[1, 1, 1, 1]).0, 0);
         // Later tokens of a draft are kept apart from its first token.
         assert!(c.class_rate(1, false) > 0.8);
     }
@@ -582,8 +604,8 @@ mod tests {
     #[test]
     fn not_adaptive_always_drafts_n_max() {
         let mut c = DraftController::new(6, false, 0.1);
-        assert_eq!(c.next_length(&cpu_costs(), 100), 6);
-        assert_eq!(c.next_length(&cpu_costs(), 3), 3);
+        assert_eq!(c.next_length(alone(&cpu_costs()).as_ref(), 100), 6);
+        assert_eq!(c.next_length(alone(&cpu_costs()).as_ref(), 3), 3);
     }
 
     #[test]
@@ -594,7 +616,7 @@ mod tests {
         let costs = cpu_costs();
         let mut probes = Vec::new();
         for step in 0..200 {
-            if c.next_length(&costs, 8) > 0 {
+            if c.next_length(alone(&costs).as_ref(), 8) > 0 {
                 probes.push(step);
             }
         }

@@ -16,5 +16,6 @@ pub mod prompt;
 pub mod random;
 pub mod replay;
 pub mod request;
+pub mod schedule;
 pub mod text;
 pub mod verify;

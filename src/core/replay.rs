@@ -8,6 +8,7 @@
 
 use crate::core::controller::{BatchCost, DraftController};
 use crate::core::ngram::{draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS};
+use crate::core::schedule::StepPrice;
 
 /// Acceptance the engine assumes for n-gram drafts before it has measured
 /// any (the session's n-gram drafter uses it too).
@@ -142,7 +143,7 @@ pub fn policy(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> 
     if output.len() < 2 {
         return 1.0;
     }
-    let bc = prices.batch_cost(n_max + 1);
+    let price = StepPrice::alone(&prices.batch_cost(n_max + 1), n_max);
     let mut ctl = DraftController::new(n_max, true, NGRAM_PRIOR).with_loss_check(false).with_classes(&CLASS_PRIORS);
     ctl.observe_draft_cost(1, 0.01);
     let mut lookup = Lookup::new(prompt, output[0]);
@@ -152,7 +153,7 @@ pub fn policy(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> 
     while i < output.len() {
         let left = output.len() - i;
         let (mut draft, classes) = lookup.draft(n_max.min(left - 1));
-        let k = if draft.is_empty() { 0 } else { ctl.next_length_classified(&bc, &classes) };
+        let k = if draft.is_empty() { 0 } else { ctl.next_length_classified(price.as_ref(), &classes) };
         draft.truncate(k);
         let a = draft.iter().zip(&output[i..]).take_while(|(d, o)| d == o).count();
         if k > 0 {

@@ -1,0 +1,216 @@
+//! What one decoding step of several requests costs, and what adding tokens
+//! to it costs: the price the draft controller weighs drafts against.
+//!
+//! Each request (slot) decodes in its own llama.cpp sequence, and the engine's
+//! context keeps one KV stream per sequence (not a unified cache), so a
+//! request's attention sums over its own cells in the order plain decoding
+//! uses, whatever its neighbours do. llama.cpp then splits a batch into
+//! micro-batches with `split_equal`: each micro-batch takes the same number
+//! of tokens from every sequence in it, and only from sequences with
+//! consecutive ids. A step's cost is the sum of its micro-batches' costs,
+//! and the marginal cost of k more tokens for one request is
+//! `cost(step + k) - cost(step)` — small when they ride along with others,
+//! a whole extra micro-batch when they do not.
+
+use super::controller::BatchCost;
+
+/// Tokens one sequence puts into a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub seq: i32,
+    pub tokens: usize,
+}
+
+/// The sizes of the micro-batches llama.cpp makes of a batch holding
+/// `parts` (in sequence order), for a context with `n_stream` KV streams and
+/// micro-batches of at most `n_ubatch` tokens. With one stream it cuts the
+/// batch in order (`split_simple`); with several it groups equal shares of
+/// sequences with consecutive ids (`split_equal`, sequential).
+pub fn ubatches(parts: &[Part], n_stream: usize, n_ubatch: usize) -> Vec<usize> {
+    let n_ubatch = n_ubatch.max(1);
+    let total: usize = parts.iter().map(|p| p.tokens).sum();
+    if n_stream <= 1 {
+        let mut out = vec![n_ubatch; total / n_ubatch];
+        if !total.is_multiple_of(n_ubatch) {
+            out.push(total % n_ubatch);
+        }
+        return out;
+    }
+    let mut left: Vec<(i32, usize)> = parts.iter().filter(|p| p.tokens > 0).map(|p| (p.seq, p.tokens)).collect();
+    let mut out = Vec::new();
+    while !left.is_empty() {
+        // The sequences of this micro-batch: from the first with tokens left,
+        // those that follow it with consecutive ids.
+        let mut group = vec![0usize];
+        for i in 1..left.len() {
+            if left[i].0 == left[group[group.len() - 1]].0 + 1 {
+                group.push(i);
+            }
+            if group.len() > n_ubatch {
+                break;
+            }
+        }
+        group.truncate(n_ubatch);
+        let share = group.iter().map(|&i| left[i].1).min().unwrap_or(0).min(n_ubatch / group.len()).max(1);
+        for &i in &group {
+            left[i].1 -= share.min(left[i].1);
+        }
+        out.push(share * group.len());
+        left.retain(|p| p.1 > 0);
+    }
+    out
+}
+
+/// The estimated time (ms) of a step decoding `parts`.
+pub fn step_ms(parts: &[Part], n_stream: usize, n_ubatch: usize, costs: &BatchCost) -> Option<f64> {
+    ubatches(parts, n_stream, n_ubatch).into_iter().map(|n| costs.estimate(n)).sum()
+}
+
+/// What verifying drafted tokens costs in the step being planned, for one
+/// request: the step yields `base_tokens` and takes `base_ms` without its
+/// drafts; `extra_ms[k]` is what k drafted tokens add (`extra_ms[0] == 0`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepPrice {
+    pub base_tokens: f64,
+    pub base_ms: f64,
+    pub extra_ms: Vec<f64>,
+}
+
+impl StepPrice {
+    /// The price of a request decoding alone: a batch of 1 + k tokens
+    /// against a plain step of one.
+    pub fn alone(costs: &BatchCost, k_max: usize) -> Option<StepPrice> {
+        let t1 = costs.estimate(1)?;
+        let extra_ms = (0..=k_max).map(|k| costs.estimate(k + 1).map(|t| (t - t1).max(0.0))).collect::<Option<Vec<f64>>>()?;
+        Some(StepPrice { base_tokens: 1.0, base_ms: t1, extra_ms })
+    }
+
+    /// The price of `k_max` more tokens for sequence `seq` in a step whose
+    /// other parts are `others` (each generating request counts one token
+    /// of output; prefill chunks none). `seq` itself decodes one token
+    /// (its pending one) before any drafts.
+    pub fn in_step(
+        others: &[Part],
+        generating: usize,
+        seq: i32,
+        k_max: usize,
+        n_stream: usize,
+        n_ubatch: usize,
+        costs: &BatchCost,
+    ) -> Option<StepPrice> {
+        let with = |k: usize| {
+            let mut parts: Vec<Part> = others.to_vec();
+            parts.push(Part { seq, tokens: 1 + k });
+            parts.sort_by_key(|p| p.seq);
+            step_ms(&parts, n_stream, n_ubatch, costs)
+        };
+        let base_ms = with(0)?;
+        let extra_ms = (0..=k_max).map(|k| with(k).map(|t| (t - base_ms).max(0.0))).collect::<Option<Vec<f64>>>()?;
+        Some(StepPrice { base_tokens: generating.max(1) as f64, base_ms, extra_ms })
+    }
+
+    pub fn max_k(&self) -> usize {
+        self.extra_ms.len().saturating_sub(1)
+    }
+
+    /// The step's throughput (tokens per ms) when k drafted tokens are added
+    /// for `draft_ms` of drafting, yielding `expected` tokens for this
+    /// request instead of 1.
+    pub fn rate(&self, k: usize, expected: f64, draft_ms: f64) -> f64 {
+        (self.base_tokens - 1.0 + expected) / (self.base_ms + self.extra_ms[k.min(self.max_k())] + draft_ms)
+    }
+
+    /// The step's throughput without drafts.
+    pub fn base_rate(&self) -> f64 {
+        self.base_tokens / self.base_ms
+    }
+
+    /// What one token costs in this step, on average (ms).
+    pub fn ms_per_token(&self) -> f64 {
+        self.base_ms / self.base_tokens
+    }
+}
+
+/// How many prompt tokens a request being prefilled may evaluate this step:
+/// all it has left (up to the batch) when nobody else is generating, else a
+/// chunk, so the requests that stream wait at most one chunk between tokens.
+pub fn prefill_chunk(left: usize, others_generating: bool, room: usize, chunk: usize) -> usize {
+    let cap = if others_generating { chunk.min(room) } else { room };
+    left.min(cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(seq: i32, tokens: usize) -> Part {
+        Part { seq, tokens }
+    }
+
+    fn costs() -> BatchCost {
+        let mut c = BatchCost::new(600);
+        for (n, ms) in [(1, 10.0), (2, 15.0), (4, 24.0), (8, 40.0), (16, 70.0), (33, 140.0), (64, 260.0)] {
+            c.observe(n, ms);
+        }
+        c
+    }
+
+    #[test]
+    fn one_stream_cuts_in_order() {
+        assert_eq!(ubatches(&[p(0, 700)], 1, 512), vec![512, 188]);
+        assert_eq!(ubatches(&[p(0, 3), p(1, 4)], 1, 512), vec![7]);
+    }
+
+    #[test]
+    fn streams_take_equal_shares_of_consecutive_sequences() {
+        // Four requests decoding one token each: one micro-batch.
+        assert_eq!(ubatches(&[p(0, 1), p(1, 1), p(2, 1), p(3, 1)], 4, 512), vec![4]);
+        // One prefilling 256 beside three decoding: the shares, then the rest.
+        assert_eq!(ubatches(&[p(0, 1), p(1, 1), p(2, 256), p(3, 1)], 4, 512), vec![4, 255]);
+        // Drafts of different lengths come apart in levels.
+        assert_eq!(ubatches(&[p(0, 1), p(1, 4), p(2, 9), p(3, 17)], 4, 512), vec![4, 9, 10, 8]);
+        // A gap in the sequence ids splits the batch.
+        assert_eq!(ubatches(&[p(0, 1), p(2, 1)], 4, 512), vec![1, 1]);
+        // The micro-batch limit holds.
+        assert_eq!(ubatches(&[p(0, 300), p(1, 300)], 4, 512), vec![512, 88]);
+        assert_eq!(ubatches(&[], 4, 512), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn alone_the_price_is_the_batch_cost() {
+        let c = costs();
+        let price = StepPrice::alone(&c, 8).unwrap();
+        assert_eq!(price.base_ms, 10.0);
+        assert_eq!(price.extra_ms[0], 0.0);
+        assert_eq!(price.extra_ms[1], 5.0);
+        assert_eq!(price.extra_ms[7], 30.0);
+        // in_step with nobody else is the same.
+        assert_eq!(StepPrice::in_step(&[], 1, 0, 8, 4, 512, &c), Some(price));
+    }
+
+    #[test]
+    fn drafts_riding_along_cost_less_than_an_extra_micro_batch() {
+        let c = costs();
+        // Three others decode one token each; this request is seq 1.
+        let others = [p(0, 1), p(2, 1), p(3, 1)];
+        let price = StepPrice::in_step(&others, 4, 1, 8, 4, 512, &c).unwrap();
+        assert_eq!(price.base_ms, 24.0);
+        assert_eq!(price.base_tokens, 4.0);
+        // k drafts become a micro-batch of their own: t(k), not t(4+k) - t(4).
+        assert_eq!(price.extra_ms[3], c.estimate(3).unwrap());
+        // Under load the same drafts pay only with a higher expected return.
+        let alone = StepPrice::alone(&c, 8).unwrap();
+        let k = 3;
+        let gain_alone = alone.rate(k, 3.0, 0.0) / alone.base_rate();
+        let gain_loaded = price.rate(k, 3.0, 0.0) / price.base_rate();
+        assert!(gain_alone > 1.0 && gain_loaded < gain_alone, "{gain_alone} {gain_loaded}");
+    }
+
+    #[test]
+    fn prefill_chunks_only_when_others_are_generating() {
+        assert_eq!(prefill_chunk(1000, false, 512, 256), 512);
+        assert_eq!(prefill_chunk(1000, true, 512, 256), 256);
+        assert_eq!(prefill_chunk(100, true, 512, 256), 100);
+        assert_eq!(prefill_chunk(1000, true, 50, 256), 50);
+    }
+}
