@@ -13,7 +13,7 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 
 use crate::core::error::{EngineError, Result};
-use crate::core::random::{self, Rng, SamplingRng};
+use crate::core::random::{self, PositionNoise, Rng};
 use crate::core::request::{CompletionRequest, SamplingParams};
 use crate::core::verify::Dist;
 
@@ -33,7 +33,9 @@ pub struct TokenSampler {
     /// Mirostat picks the token itself (and adapts after each pick).
     mirostat: Option<LlamaSampler>,
     greedy: bool,
-    rng: SamplingRng,
+    /// The request's seed (drawn from the OS when it gave none): with the
+    /// position of a token, it fixes the noise that token is sampled with.
+    seed: u64,
     scratch: Vec<LlamaTokenData>,
 }
 
@@ -89,12 +91,9 @@ impl TokenSampler {
                 });
             }
         }
-        let rng = match p.seed {
-            Some(seed) => random::seeded(seed as u64),
-            None => random::from_os(),
-        };
+        let seed = p.seed.map_or_else(|| random::from_os().random(), u64::from);
         let chain = |v: Vec<LlamaSampler>| (!v.is_empty()).then(|| LlamaSampler::chain_simple(v));
-        Ok(TokenSampler { history: chain(history), grammar, shape: chain(shape), mirostat, greedy, rng, scratch: Vec::new() })
+        Ok(TokenSampler { history: chain(history), grammar, shape: chain(shape), mirostat, greedy, seed, scratch: Vec::new() })
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -168,10 +167,13 @@ impl TokenSampler {
         Dist::from_logits(&ids, &logits)
     }
 
-    /// Picks the next token at output `idx` (does not accept it); `DEAD_END`
-    /// when the chain allows no token at all. Returns the
-    /// distribution it was drawn from when `want_dist` or when it is needed anyway.
-    pub fn sample(&mut self, ctx: &LlamaContext, idx: i32, want_dist: bool) -> (LlamaToken, Option<Dist>) {
+    /// Picks the token at output `idx` of the batch (does not accept it),
+    /// the `position`-th token the request generates; `DEAD_END` when the
+    /// chain allows no token at all. Sampling draws with the noise of
+    /// (seed, position) alone, so a token is the same whether decoded
+    /// plainly or verified in a draft. Returns the distribution it was
+    /// drawn from when `want_dist` or when it is needed anyway.
+    pub fn sample(&mut self, ctx: &LlamaContext, idx: i32, want_dist: bool, position: usize) -> (LlamaToken, Option<Dist>) {
         if self.fast_path() && !want_dist {
             return (LlamaToken(argmax(ctx.get_logits_ith(idx))), None);
         }
@@ -204,12 +206,12 @@ impl TokenSampler {
             return (token, None);
         }
         let dist = self.distribution(ctx, idx);
-        let token = if self.greedy { dist.argmax() } else { dist.sample(&mut self.rng) };
+        let token = if self.greedy { dist.argmax() } else { dist.sample(&mut PositionNoise::new(self.seed, position as u64)) };
         (token.map_or(DEAD_END, LlamaToken), Some(dist))
     }
 
-    pub fn rng(&mut self) -> &mut SamplingRng {
-        &mut self.rng
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 }
 
