@@ -33,6 +33,12 @@ export interface EngineOptions {
    * that does not compile rejects `load` with INVALID_REQUEST naming `chatTemplate`.
    */
   chatTemplate?: string
+  /**
+   * Requests decoded together, one batch per step, each in its own slot (a
+   * KV stream of `contextSize` cells, so memory for the KV cache grows with
+   * it); more wait in FIFO order. Default 4; 1 decodes one request at a time.
+   */
+  parallel?: number
 }
 
 /** A text part of an OpenAI-style message. */
@@ -189,7 +195,13 @@ export type DoneEvent = { type: 'done' } & CompletionResult
 export type CompletionEvent = TokenEvent | DoneEvent
 
 export interface EngineStatus {
+  /** Requests waiting for a slot. */
   queued: number
+  /** Requests decoding now (at most `parallel`). */
+  active?: number
+  /** Slots: requests decoded together. */
+  parallel?: number
+  /** `active > 0`. */
   busy: boolean
   disposed: boolean
   model?: string
@@ -228,7 +240,7 @@ export declare class LlamaEngine {
     signal?: AbortSignal | null,
   ): Promise<CompletionResult>
   stream(request: CompletionRequest | string, signal?: AbortSignal | null): AsyncIterableIterator<CompletionEvent>
-  /** Stops the request that is running now. */
+  /** Stops every request that is running now (queued ones stay queued). */
   cancel(): void
   status(): EngineStatus
   /** Writes the dynamic n-gram cache (llama.cpp lookup format) to `path`, or to `ngramCachePath`. */

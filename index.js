@@ -273,14 +273,14 @@ class LlamaEngine {
     }
   }
 
-  /** Stops the request that is running now (it resolves with `stopped_abort`). */
+  /** Stops every request that is running now (each resolves with `stopped_abort`); queued ones stay queued. */
   cancel() {
     if (this.#disposed) return
     this.#native.cancel()
   }
 
   status() {
-    if (this.#disposed) return { queued: 0, busy: false, disposed: true }
+    if (this.#disposed) return { queued: 0, active: 0, busy: false, disposed: true }
     return this.#native.status()
   }
 

@@ -119,16 +119,19 @@ describe('dispose', () => {
     engine.cancel() // no-op, must not throw
   })
 
-  test('dispose while generating and with queued requests settles every promise', async () => {
-    const engine = await loadTarget()
-    const running = engine.complete({ prompt: 'Once upon a time', n_predict: 2000, temperature: 0 })
+  test('dispose with a full batch and a queued request settles every promise', async () => {
+    const engine = await loadTarget({ parallel: 4 })
+    const running = ['Once upon a time', 'The sea', 'In the year', 'Dear diary'].map((prompt) =>
+      engine.complete({ prompt, n_predict: 2000, temperature: 0, ignore_eos: true }),
+    )
     const queued = expect(engine.complete({ prompt: 'Hello', n_predict: 10 })).rejects.toMatchObject({ code: 'DISPOSED' })
-    await new Promise((r) => setTimeout(r, 100))
-    expect(engine.status()).toMatchObject({ busy: true, queued: 1 })
+    await new Promise((r) => setTimeout(r, 300))
+    expect(engine.status()).toMatchObject({ busy: true, active: 4, queued: 1, parallel: 4 })
     await engine.dispose()
-    const r = await running
-    expect(r.stopped_abort).toBe(true)
-    expect(r.tokens_predicted).toBeGreaterThan(0)
+    for (const r of await Promise.all(running)) {
+      expect(r.stopped_abort).toBe(true)
+      expect(r.tokens_predicted).toBeGreaterThan(0)
+    }
     await queued
   })
 })

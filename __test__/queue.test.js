@@ -1,8 +1,11 @@
 const { user, run, loadTarget } = require('./helpers')
 
+// One request at a time (parallel: 1): the FIFO queue of before parallel
+// decoding, which several requests at once (parallel.test.js) extends.
 let engine
 beforeAll(async () => {
-  engine = await loadTarget()
+  engine = await loadTarget({ parallel: 1 })
+  expect(engine.status()).toMatchObject({ parallel: 1, active: 0 })
 })
 afterAll(() => engine.dispose())
 

@@ -229,7 +229,8 @@ describe('lifecycle races', () => {
   })
 
   test('dispose with a mix of running, queued and aborted requests settles all of them', async () => {
-    const engine = await loadTarget({ contextSize: 256 })
+    // One slot, so that the second to fourth requests are queued.
+    const engine = await loadTarget({ contextSize: 256, parallel: 1 })
     const ac = new AbortController()
     const all = [
       engine.complete({ prompt: 'Once', n_predict: 500, temperature: 0, ignore_eos: true }),

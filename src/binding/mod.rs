@@ -143,7 +143,9 @@ impl NativeEngine {
         let (ngram_dynamic, ngram_static, ngram_errors) = self.engine.ngram_status();
         json!({
             "queued": st.queued,
-            "busy": st.busy,
+            "active": st.active,
+            "busy": st.active > 0,
+            "parallel": info.parallel,
             "disposed": st.disposed,
             "model": info.name,
             "draftModel": info.draft_name,

@@ -17,11 +17,13 @@ pub type EventFn = ThreadsafeFunction<String, (), String, Status, false, false, 
 
 pub struct JsEventSink {
     tsfn: EventFn,
+    /// Whether the final `done` or `error` was sent.
+    finished: bool,
 }
 
 impl JsEventSink {
     pub fn new(tsfn: EventFn) -> Self {
-        JsEventSink { tsfn }
+        JsEventSink { tsfn, finished: false }
     }
 
     fn send(&self, json: String) -> bool {
@@ -56,11 +58,22 @@ impl EventSink for JsEventSink {
         self.send(to_json("token", event))
     }
 
-    fn finish(self: Box<Self>, outcome: Result<CompletionResult, EngineError>) {
+    fn finish(mut self: Box<Self>, outcome: Result<CompletionResult, EngineError>) {
         let json = match outcome {
             Ok(result) => to_json("done", &result),
             Err(e) => error_json(&e),
         };
+        self.finished = true;
         self.send(json);
+    }
+}
+
+/// Every request's promise settles: one dropped without an answer (the
+/// engine lost it, in a panic say) rejects with INTERNAL.
+impl Drop for JsEventSink {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.send(error_json(&EngineError::internal("the engine lost this request (see the other rejections for why)")));
+        }
     }
 }

@@ -1,17 +1,18 @@
 //! One interface for everything that proposes tokens (the draft model, the
-//! n-gram caches, their chain). Verification does not care where drafts came
-//! from: it only needs each token and the distribution it was drawn from.
+//! n-gram caches) and their chain. Verification does not care where drafts
+//! came from: it only needs each token and the distribution it was drawn
+//! from.
 
-use crate::core::events::TokenSource;
-use crate::core::verify::Dist;
+use std::time::Instant;
+
+use crate::core::controller::DraftController;
+use crate::core::events::{DrafterStats, TokenSource};
+use crate::core::schedule::StepPrice;
 
 /// Up to `n` tokens proposed to continue the sequence.
 #[derive(Debug, Clone)]
 pub struct Draft {
     pub tokens: Vec<i32>,
-    /// The distribution each token was drawn from; `None` = chosen
-    /// deterministically (a point mass on the token).
-    pub dists: Vec<Option<Dist>>,
     pub source: TokenSource,
     /// How sure the drafter is of each token, as a class the controller
     /// keeps acceptance statistics for (the n-gram drafter: which cache and
@@ -32,21 +33,173 @@ impl Draft {
     /// Keeps the first `n` tokens.
     pub fn truncate(&mut self, n: usize) {
         self.tokens.truncate(n);
-        self.dists.truncate(n);
         self.classes.truncate(n);
     }
 }
 
+/// Something that proposes tokens: the draft model, the n-gram caches.
+/// Several are chained (`DrafterChain`); each keeps its own counters.
 pub trait Drafter {
     /// Stable name used in the per-drafter counters ("draft", "ngram").
     fn name(&self) -> &'static str;
     /// A new request starts; `prompt` is every token the target has seen.
-    fn begin(&mut self, prompt: &[i32]);
+    fn begin(&mut self, _prompt: &[i32]) {}
     /// Proposes up to `n_max` tokens to follow `history` (every token so far,
-    /// the last one included). `None` when it has nothing worth proposing.
-    fn draft(&mut self, history: &[i32], n_max: usize) -> Option<Draft>;
+    /// the last one included); the first would be the request's
+    /// `position`-th generated token (a drafter that samples uses that
+    /// position's noise, as the target does). `None` when it has nothing
+    /// worth proposing.
+    fn draft(&mut self, history: &[i32], n_max: usize, position: usize) -> Option<Draft>;
     /// The target kept the first `n_accepted` tokens of the last draft.
-    fn accept(&mut self, n_accepted: usize);
+    fn accept(&mut self, _n_accepted: usize) {}
+    /// The request ended (an n-gram drafter hands what it learnt to the
+    /// shared cache).
+    fn end(&mut self) {}
+    /// Drafting costs next to nothing (a lookup): the chain drafts first and
+    /// then decides how much of the draft is worth verifying.
+    fn is_cheap(&self) -> bool {
+        false
+    }
+    /// What drafting one token costs (ms), as measured so far.
+    fn ms_per_token(&self) -> Option<f64>;
+    /// What drafting now would first cost once (ms): catching up with
+    /// tokens the drafter has not seen, such as a new prompt.
+    fn setup_ms(&self, _history: &[i32]) -> f64 {
+        0.0
+    }
+}
+
+/// A drafter in a chain, with the controller that prices its drafts and
+/// its counters.
+pub struct ChainEntry<'a> {
+    drafter: Box<dyn Drafter + 'a>,
+    pub ctl: DraftController,
+    pub stats: DrafterStats,
+}
+
+/// The drafters of a request, in order: at each step the first one whose
+/// draft pays at the step's price proposes it (llama.cpp's
+/// `common_speculative` chain). Drafts shorter than `n_min` are dropped.
+pub struct DrafterChain<'a> {
+    entries: Vec<ChainEntry<'a>>,
+    n_min: usize,
+    /// The entry whose draft is being verified, with the classes and length
+    /// of what it proposed.
+    pending: Option<(usize, Vec<u8>, usize)>,
+    /// The entry that drafted in the last step, for `observe_step`.
+    last: Option<usize>,
+    /// Time spent drafting (ms).
+    pub draft_ms: f64,
+}
+
+impl<'a> DrafterChain<'a> {
+    pub fn new(n_min: usize) -> Self {
+        DrafterChain { entries: Vec::new(), n_min: n_min.max(1), pending: None, last: None, draft_ms: 0.0 }
+    }
+
+    pub fn push(&mut self, drafter: Box<dyn Drafter + 'a>, ctl: DraftController) {
+        self.entries.push(ChainEntry { drafter, ctl, stats: DrafterStats::default() });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn begin(&mut self, prompt: &[i32]) {
+        for e in &mut self.entries {
+            e.drafter.begin(prompt);
+        }
+    }
+
+    /// A draft to verify this step, at most `available` tokens, from the
+    /// first drafter whose draft pays at `price`; `None` to decode plainly.
+    pub fn propose(&mut self, history: &[i32], position: usize, available: usize, price: Option<&StepPrice>) -> Option<Draft> {
+        self.last = None;
+        if available == 0 {
+            return None;
+        }
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            if let Some(cost) = e.drafter.ms_per_token() {
+                e.ctl.observe_draft_cost(1, cost);
+            }
+            let start = Instant::now();
+            let draft = if e.drafter.is_cheap() {
+                // Look first (it costs microseconds), then decide how much
+                // of what was found is worth verifying.
+                let found = e.drafter.draft(history, available, position);
+                self.draft_ms += start.elapsed().as_secs_f64() * 1000.0;
+                let Some(mut d) = found else { continue };
+                let k =
+                    if d.classes.is_empty() { e.ctl.next_length(price, d.len()) } else { e.ctl.next_length_classified(price, &d.classes) };
+                d.truncate(k);
+                d
+            } else {
+                let k = e.ctl.next_length_with_setup(price, available, e.drafter.setup_ms(history));
+                if k == 0 {
+                    continue;
+                }
+                let drafted = e.drafter.draft(history, k, position);
+                self.draft_ms += start.elapsed().as_secs_f64() * 1000.0;
+                let Some(mut d) = drafted else { continue };
+                d.truncate(k);
+                d
+            };
+            if draft.len() < self.n_min {
+                continue;
+            }
+            self.pending = Some((i, draft.classes.clone(), draft.len()));
+            self.last = Some(i);
+            return Some(draft);
+        }
+        None
+    }
+
+    /// The target judged the last proposal: its first `n_accepted` tokens
+    /// stand.
+    pub fn judged(&mut self, n_accepted: usize) {
+        let Some((i, classes, len)) = self.pending.take() else { return };
+        let e = &mut self.entries[i];
+        let n_accepted = n_accepted.min(len);
+        e.ctl.observe_acceptance(len, n_accepted);
+        e.ctl.observe_classes(&classes, n_accepted);
+        e.stats.n_drafted += len;
+        e.stats.n_accepted += n_accepted;
+        e.drafter.accept(n_accepted);
+        if n_accepted == len {
+            e.ctl.reset_backoff();
+        }
+    }
+
+    /// The step this request just took produced `tokens` in `ms` of wall
+    /// time: with the last proposal, or plainly.
+    pub fn observe_step(&mut self, tokens: usize, ms: f64) {
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            match self.last {
+                Some(j) if j == i => e.ctl.observe_step(true, tokens, ms),
+                None => e.ctl.observe_step(false, tokens, ms),
+                _ => {}
+            }
+        }
+    }
+
+    pub fn end(&mut self) {
+        for e in &mut self.entries {
+            e.drafter.end();
+        }
+    }
+
+    /// Tokens drafted and accepted, per drafter name.
+    pub fn stats(&self) -> impl Iterator<Item = (&'static str, &DrafterStats)> {
+        self.entries.iter().map(|e| (e.drafter.name(), &e.stats))
+    }
+
+    /// The controller of the drafter named `name` (to keep it for the next
+    /// request), leaving a fresh one in its place.
+    pub fn take_controller(&mut self, name: &str) -> Option<DraftController> {
+        let e = self.entries.iter_mut().find(|e| e.drafter.name() == name)?;
+        let fresh = DraftController::new(0, false, 0.0);
+        Some(std::mem::replace(&mut e.ctl, fresh))
+    }
 }
 
 /// The branches of a draft tree that were not proposed, kept for the steps
@@ -81,6 +234,81 @@ impl SpareBranches {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::controller::BatchCost;
+
+    /// A drafter that proposes a fixed continuation, free or at a cost.
+    struct Fixed {
+        name: &'static str,
+        tokens: Vec<i32>,
+        cheap: bool,
+        accepted: usize,
+    }
+
+    impl Drafter for Fixed {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn draft(&mut self, _history: &[i32], n_max: usize, _position: usize) -> Option<Draft> {
+            let tokens: Vec<i32> = self.tokens.iter().copied().take(n_max).collect();
+            (!tokens.is_empty()).then(|| Draft { tokens, source: TokenSource::Ngram, classes: vec![] })
+        }
+        fn accept(&mut self, n: usize) {
+            self.accepted += n;
+        }
+        fn is_cheap(&self) -> bool {
+            self.cheap
+        }
+        fn ms_per_token(&self) -> Option<f64> {
+            Some(if self.cheap { 0.01 } else { 50.0 })
+        }
+    }
+
+    fn price() -> Option<StepPrice> {
+        let mut c = BatchCost::new(33);
+        for (n, ms) in [(1, 10.0), (2, 11.0), (4, 12.0), (8, 14.0), (16, 18.0), (32, 26.0)] {
+            c.observe(n, ms);
+        }
+        StepPrice::alone(&c, 32)
+    }
+
+    #[test]
+    fn the_first_drafter_with_a_paying_draft_proposes() {
+        let mut chain = DrafterChain::new(0);
+        // An expensive drafter first: at 50 ms a token it never pays here.
+        chain.push(Box::new(Fixed { name: "slow", tokens: vec![1, 2, 3], cheap: false, accepted: 0 }), DraftController::new(8, true, 0.9));
+        chain.push(
+            Box::new(Fixed { name: "ngram", tokens: vec![7, 8, 9, 10], cheap: true, accepted: 0 }),
+            DraftController::new(8, true, 0.9),
+        );
+        let d = chain.propose(&[0], 0, 8, price().as_ref()).expect("the cheap one pays");
+        assert_eq!(d.tokens[0], 7);
+        chain.judged(2);
+        let stats: Vec<(&str, usize, usize)> = chain.stats().map(|(n, s)| (n, s.n_drafted, s.n_accepted)).collect();
+        assert_eq!(stats, vec![("slow", 0, 0), ("ngram", d.len(), 2)]);
+        // Nothing to verify without room.
+        assert!(chain.propose(&[0], 0, 0, price().as_ref()).is_none());
+    }
+
+    #[test]
+    fn drafts_shorter_than_n_min_are_dropped() {
+        let mut chain = DrafterChain::new(3);
+        chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
+        assert!(chain.propose(&[0], 0, 8, price().as_ref()).is_none());
+        let mut chain = DrafterChain::new(2);
+        chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
+        assert_eq!(chain.propose(&[0], 0, 8, price().as_ref()).map(|d| d.tokens), Some(vec![7, 8]));
+    }
+
+    #[test]
+    fn a_controller_can_be_kept_for_the_next_request() {
+        let mut chain = DrafterChain::new(0);
+        let mut ctl = DraftController::new(8, true, 0.9);
+        ctl.observe_acceptance(4, 4);
+        chain.push(Box::new(Fixed { name: "draft", tokens: vec![1], cheap: false, accepted: 0 }), ctl);
+        let kept = chain.take_controller("draft").unwrap();
+        assert!(kept.accept_rate(0) > 0.9);
+        assert!(chain.take_controller("ngram").is_none());
+    }
 
     #[test]
     fn a_spare_branch_continues_where_the_target_took_it() {

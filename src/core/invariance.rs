@@ -49,6 +49,9 @@ pub struct InvarianceCheck {
     pub mismatch: Option<Mismatch>,
     /// Why the check could not finish (a decode failed); not invariant then.
     pub failure: Option<String>,
+    /// Whether two sequences sharing a batch (each in its own KV stream)
+    /// were also compared, and were identical.
+    pub mixed: bool,
     /// Time the whole calibration took (ms), batch costs included.
     pub ms: f64,
 }
@@ -72,6 +75,13 @@ impl InvarianceCheck {
     pub fn passed(&mut self, batch: usize) {
         if self.mismatch.is_none() && !self.sizes.contains(&batch) {
             self.sizes.push(batch);
+        }
+    }
+
+    /// Two sequences decoded in one batch gave the reference logits too.
+    pub fn passed_mixed(&mut self) {
+        if self.mismatch.is_none() {
+            self.mixed = true;
         }
     }
 
@@ -103,7 +113,8 @@ impl fmt::Display for InvarianceCheck {
         } else if self.sizes.is_empty() {
             write!(f, "no batch of several rows fits this context and batch size; nothing was compared")
         } else {
-            write!(f, "identical alone and in batches of {sizes} (calibration took {:.0} ms)", self.ms)
+            let mixed = if self.mixed { ", also beside another sequence" } else { "" };
+            write!(f, "identical alone and in batches of {sizes}{mixed} (calibration took {:.0} ms)", self.ms)
         }
     }
 }

@@ -652,19 +652,6 @@ impl NgramDrafter {
         }
     }
 
-    /// At the end of a request the context cache is merged into the dynamic
-    /// cache (llama.cpp's lookup does this). The context cache is emptied, so
-    /// a second `end` adds nothing. A request that never reaches `end` (the
-    /// next `begin` comes first) leaves the dynamic cache untouched.
-    pub fn end(&mut self) {
-        let context = std::mem::take(&mut self.context);
-        self.forget();
-        if context.is_empty() {
-            return;
-        }
-        self.dynamic.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).merge_capped(context, DYNAMIC_MAX_NGRAMS);
-    }
-
     /// This request's context cache.
     pub fn context(&self) -> &NgramCache {
         &self.context
@@ -715,7 +702,7 @@ impl Drafter for NgramDrafter {
         self.catch_up(prompt);
     }
 
-    fn draft(&mut self, history: &[i32], n_max: usize) -> Option<Draft> {
+    fn draft(&mut self, history: &[i32], n_max: usize, _position: usize) -> Option<Draft> {
         self.catch_up(history);
         self.last_draft = 0;
         if n_max == 0 {
@@ -731,12 +718,34 @@ impl Drafter for NgramDrafter {
         }
         self.last_draft = tokens.len();
         self.n_drafted += tokens.len();
-        Some(Draft { dists: vec![None; tokens.len()], tokens, source: TokenSource::Ngram, classes })
+        Some(Draft { tokens, source: TokenSource::Ngram, classes })
     }
 
     fn accept(&mut self, n_accepted: usize) {
         self.n_accepted += n_accepted.min(self.last_draft);
         self.last_draft = 0;
+    }
+
+    /// At the end of a request the context cache is merged into the dynamic
+    /// cache (llama.cpp's lookup does this). The context cache is emptied, so
+    /// a second `end` adds nothing. A request that never reaches `end` (the
+    /// next `begin` comes first) leaves the dynamic cache untouched.
+    fn end(&mut self) {
+        let context = std::mem::take(&mut self.context);
+        self.forget();
+        if context.is_empty() {
+            return;
+        }
+        self.dynamic.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).merge_capped(context, DYNAMIC_MAX_NGRAMS);
+    }
+
+    fn is_cheap(&self) -> bool {
+        true
+    }
+
+    fn ms_per_token(&self) -> Option<f64> {
+        // A lookup in hash maps: microseconds for a whole draft.
+        Some(0.01)
     }
 }
 
@@ -1094,34 +1103,33 @@ mod tests {
         d.begin(&prompt);
         assert_eq!(d.context(), &full(&prompt));
 
-        let draft = d.draft(&prompt, 3).expect("a draft");
+        let draft = d.draft(&prompt, 3, 0).expect("a draft");
         assert_eq!(draft.tokens, vec![4, 5, 6]);
-        assert_eq!(draft.dists, vec![None, None, None]);
         assert_eq!(draft.source, TokenSource::Ngram);
         d.accept(2);
 
         // history grows by the accepted tokens plus a correction
         let mut history = prompt.to_vec();
         history.extend_from_slice(&[4, 5, 9]);
-        assert!(d.draft(&history, 4).is_none(), "nothing follows 9");
+        assert!(d.draft(&history, 4, 0).is_none(), "nothing follows 9");
         assert_eq!(d.context(), &full(&history), "incremental = one-shot");
         d.accept(0);
         assert_eq!(d.counts(), (3, 2));
-        assert!(d.draft(&history, 0).is_none());
+        assert!(d.draft(&history, 0, 0).is_none());
 
         // a rewritten history (context shift) rebuilds the context cache
         let shifted = [1, 2, 4, 9, 1, 2];
-        let _ = d.draft(&shifted, 2);
+        let _ = d.draft(&shifted, 2, 0);
         assert_eq!(d.context(), &full(&shifted));
         let mut same_len = shifted;
         same_len[5] = 7;
-        let _ = d.draft(&same_len, 2);
+        let _ = d.draft(&same_len, 2, 0);
         assert_eq!(d.context(), &full(&same_len));
 
         // begin starts over; end merges the context into the dynamic cache
         d.begin(&prompt);
         assert_eq!(d.context(), &full(&prompt));
-        let _ = d.draft(&history, 1);
+        let _ = d.draft(&history, 1, 0);
         assert_eq!(d.context(), &full(&history));
         d.end();
         assert!(d.context().is_empty());
@@ -1136,7 +1144,7 @@ mod tests {
         // [2,3,4,5] was followed once by 6 and once by 9 (50% < 66%).
         let mut d2 = NgramDrafter::new(NgramParams::default(), dynamic.clone(), None);
         d2.begin(&[40, 1, 2, 3]);
-        assert_eq!(d2.draft(&[40, 1, 2, 3], 8).expect("a draft").tokens, vec![4, 5]);
+        assert_eq!(d2.draft(&[40, 1, 2, 3], 8, 0).expect("a draft").tokens, vec![4, 5]);
     }
 
     #[test]
@@ -1154,7 +1162,7 @@ mod tests {
         let dynamic = Arc::new(Mutex::new(NgramCache::new()));
         let mut d = NgramDrafter::new(NgramParams::default(), dynamic, Some(Arc::new(stat)));
         d.begin(&[8, 9]);
-        let draft = d.draft(&[8, 9], 4).expect("static draft");
+        let draft = d.draft(&[8, 9], 4, 0).expect("static draft");
         assert_eq!(draft.tokens[0], 10);
     }
 

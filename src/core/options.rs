@@ -20,7 +20,13 @@ pub struct EngineOptions {
     /// A Jinja chat template replacing the GGUF's (checked to compile here,
     /// before any model is loaded).
     pub chat_template: Option<String>,
+    /// Requests decoded together, each in its own slot (KV stream).
+    pub parallel: usize,
 }
+
+/// Requests decoded together by default, and at most.
+pub const DEFAULT_PARALLEL: usize = 4;
+pub const MAX_PARALLEL: usize = 64;
 
 pub fn default_threads() -> i32 {
     std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1)
@@ -40,6 +46,7 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         ngram_cache_path: path(obj, "ngramCachePath")?,
         static_ngram_cache_path: path(obj, "staticNgramCachePath")?,
         chat_template: chat_template(obj)?,
+        parallel: int(obj, "parallel", 1, MAX_PARALLEL as i64)?.map_or(DEFAULT_PARALLEL, |n| n as usize),
     })
 }
 
@@ -108,6 +115,8 @@ mod tests {
             (json!({ "modelPath": "m", "batchSize": "8" }), "batchSize"),
             (json!({ "modelPath": "m", "draftModelPath": "" }), "draftModelPath"),
             (json!({ "modelPath": "m", "chatTemplate": 1 }), "chatTemplate"),
+            (json!({ "modelPath": "m", "parallel": 0 }), "parallel"),
+            (json!({ "modelPath": "m", "parallel": 65 }), "parallel"),
             (json!({ "modelPath": "m", "chatTemplate": "{% if %}" }), "chatTemplate"),
         ] {
             let e = parse_engine_options(&v).unwrap_err();

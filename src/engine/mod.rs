@@ -1,14 +1,24 @@
 //! The engine: one background thread per `LlamaEngine` that owns the models
-//! and contexts, takes completion jobs from a FIFO queue and runs them one at
-//! a time. Nothing here knows about N-API.
+//! and contexts, takes completion jobs from a FIFO queue and decodes up to
+//! `parallel` of them together (`worker`). Nothing here knows about N-API.
+//!
+//! - `mod.rs`: the handle the binding holds, the job queue, shutdown;
+//! - `worker.rs`: the engine thread's loop and the phases of one step;
+//! - `slot.rs`: a slot's KV stream and the request generating in it;
+//! - `calibrate.rs`: batch costs and the batch-invariance self-check;
+//! - `draft_model.rs`: the draft model as a drafter, per slot;
+//! - `sampler.rs`: a request's sampler chain;
+//! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings.
 
+mod calibrate;
 pub mod draft_model;
 pub mod ggml_setup;
 pub mod model;
 pub mod sampler;
-pub mod session;
+pub mod slot;
+pub mod worker;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, RwLock};
@@ -22,7 +32,6 @@ use crate::core::error::{EngineError, Result};
 use crate::core::events::EventSink;
 use crate::core::request::{CompletionRequest, PromptPart};
 
-const PANIC_PROMPT: &str = "__llama_engine_panic__";
 pub use model::{EngineOptions, ModelInfo};
 
 type Costs = (Vec<Option<f64>>, Option<f64>);
@@ -37,7 +46,8 @@ pub struct Job {
 #[derive(Default)]
 struct QueueState {
     jobs: VecDeque<Job>,
-    running: Option<(u64, Arc<AtomicBool>)>,
+    /// Requests in a slot, with their cancel flags.
+    running: HashMap<u64, Arc<AtomicBool>>,
     closed: bool,
 }
 
@@ -58,7 +68,7 @@ impl Shared {
         let queued = {
             let mut st = self.lock();
             st.closed = true;
-            if let Some((_, cancel)) = &st.running {
+            for cancel in st.running.values() {
                 cancel.store(true, Ordering::SeqCst);
             }
             st.jobs.drain(..).collect()
@@ -79,24 +89,34 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Blocks until a job is queued or the engine closes.
-    fn next_job(&self) -> Option<Job> {
+    /// The next queued job, now marked running; with `wait`, blocks until
+    /// one is queued. `None` when the engine is closed (or, without `wait`,
+    /// when the queue is empty).
+    fn next_job(&self, wait: bool) -> Option<Job> {
         let mut st = self.lock();
         loop {
             if st.closed {
-                st.running = None;
                 return None;
             }
             if let Some(job) = st.jobs.pop_front() {
-                st.running = Some((job.id, job.cancel.clone()));
+                st.running.insert(job.id, job.cancel.clone());
                 return Some(job);
+            }
+            if !wait {
+                return None;
             }
             st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
         }
     }
 
-    fn job_done(&self) {
-        self.lock().running = None;
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+}
+
+impl worker::Finished for Shared {
+    fn finished(&self, id: u64) {
+        self.lock().running.remove(&id);
     }
 }
 
@@ -106,7 +126,8 @@ pub struct Status {
     pub batch_cost_ms: Vec<Option<f64>>,
     pub draft_step_ms: Option<f64>,
     pub queued: usize,
-    pub busy: bool,
+    /// Requests decoding now (each in a slot).
+    pub active: usize,
     pub disposed: bool,
     pub tokens_cached: usize,
 }
@@ -123,7 +144,7 @@ pub struct Engine {
     next_id: AtomicU64,
     tokens_cached: Arc<AtomicU64>,
     costs: Arc<Mutex<Costs>>,
-    ngram: session::NgramStore,
+    ngram: worker::NgramStore,
     ngram_path: Option<String>,
     /// Why a configured n-gram cache file could not be used (the engine works without it).
     ngram_errors: Vec<String>,
@@ -267,23 +288,21 @@ impl Engine {
     /// with an empty, aborted result; a running one stops within one step.
     pub fn abort(&self, id: u64) {
         let mut st = self.shared.lock();
-        if let Some((running, cancel)) = &st.running {
-            if *running == id {
-                cancel.store(true, Ordering::SeqCst);
-                return;
-            }
+        if let Some(cancel) = st.running.get(&id) {
+            cancel.store(true, Ordering::SeqCst);
+            return;
         }
         if let Some(pos) = st.jobs.iter().position(|j| j.id == id) {
             let job = st.jobs.remove(pos).expect("position is in range");
             drop(st);
-            let result = session::aborted_before_start(&job.request, &self.info, self.info.batch_invariant);
+            let result = worker::aborted_before_start(&job.request, &self.info, self.info.batch_invariant);
             job.sink.finish(Ok(result));
         }
     }
 
-    /// Stops whatever request is running now; queued ones are untouched.
+    /// Stops every request that is running now; queued ones are untouched.
     pub fn cancel_running(&self) {
-        if let Some((_, cancel)) = &self.shared.lock().running {
+        for cancel in self.shared.lock().running.values() {
             cancel.store(true, Ordering::SeqCst);
         }
     }
@@ -292,7 +311,7 @@ impl Engine {
         let st = self.shared.lock();
         Status {
             queued: st.jobs.len(),
-            busy: st.running.is_some(),
+            active: st.running.len(),
             disposed: st.closed,
             tokens_cached: self.tokens_cached.load(Ordering::Relaxed) as usize,
             batch_cost_ms: self.costs.lock().map(|c| c.0.clone()).unwrap_or_default(),
@@ -394,10 +413,10 @@ fn engine_thread(
     ready: mpsc::Sender<Result<(Arc<LlamaModel>, ModelInfo)>>,
     tokens_cached: Arc<AtomicU64>,
     costs: Arc<Mutex<Costs>>,
-    ngram: session::NgramStore,
+    ngram: worker::NgramStore,
 ) {
     let _finished = Finished(shared.clone());
-    let loaded = catch_unwind(AssertUnwindSafe(|| session::Models::load(&opts, progress)))
+    let loaded = catch_unwind(AssertUnwindSafe(|| worker::Models::load(&opts, progress)))
         .unwrap_or_else(|_| Err(EngineError::internal("panic while loading the model")));
     let models = match loaded {
         Ok(m) => m,
@@ -406,60 +425,74 @@ fn engine_thread(
             return;
         }
     };
-    let mut session = match catch_unwind(AssertUnwindSafe(|| session::Session::new(&models, &opts, ngram)))
+    let mut worker = match catch_unwind(AssertUnwindSafe(|| worker::Worker::new(&models, &opts, ngram)))
         .unwrap_or_else(|_| Err(EngineError::internal("panic while creating the context")))
     {
-        Ok(s) => s,
+        Ok(w) => w,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let publish = |session: &session::Session| {
+    let publish = |worker: &worker::Worker| {
         if let Ok(mut c) = costs.lock() {
-            *c = session.costs();
+            *c = worker.costs();
         }
+        tokens_cached.store(worker.tokens_cached() as u64, Ordering::Relaxed);
     };
-    publish(&session);
+    publish(&worker);
     let mut info = models.info.clone();
-    info.batch_invariant = session.invariance().holds();
-    info.batch_invariance = session.invariance().to_string();
+    info.batch_invariant = worker.invariance().holds();
+    info.batch_invariance = worker.invariance().to_string();
     if ready.send(Ok((models.target.clone(), info))).is_err() {
         return;
     }
-    // Fault injection for the test suite: with LLAMA_ENGINE_FAULT_INJECTION=1
-    // in the environment at load, the prompt "__llama_engine_panic__" panics
-    // mid-request, so the recovery below is tested on the real engine.
-    let faults = std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1");
-    while let Some(mut job) = shared.next_job() {
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            if faults && job.request.prompt == [PromptPart::Text(PANIC_PROMPT.into())] {
-                panic!("fault injected by {PANIC_PROMPT}");
+    let done: &Shared = &shared;
+    loop {
+        // Requests join between steps, while there are free slots; with
+        // nothing to decode, wait for one.
+        while worker.has_free_slot() {
+            let Some(job) = shared.next_job(worker.active() == 0) else { break };
+            let id = job.id;
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| worker.admit(job, done))) {
+                // The job went with the panic; its sink settles its promise
+                // as it is dropped.
+                worker::Finished::finished(done, id);
+                recover(&mut worker, &*panic, done);
             }
-            session.run(&job.request, job.sink.as_mut(), &job.cancel)
-        }))
-        .unwrap_or_else(|panic| {
-            session.reset();
-            let why = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(EngineError::internal(format!("the engine recovered from a panic: {why}")))
-        });
-        tokens_cached.store(session.tokens_cached() as u64, Ordering::Relaxed);
-        publish(&session);
-        shared.job_done();
-        job.sink.finish(outcome);
+        }
+        if worker.active() == 0 {
+            if shared.is_closed() {
+                break;
+            }
+            continue;
+        }
+        let stepped = catch_unwind(AssertUnwindSafe(|| worker.step(done)));
+        match stepped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                worker.fail_all(&e, done);
+                worker.reset();
+            }
+            Err(panic) => recover(&mut worker, &*panic, done),
+        }
+        publish(&worker);
     }
+}
+
+/// After a panic on the engine thread: every active request ends with
+/// INTERNAL, and the caches are forgotten (their state is unknown).
+fn recover(worker: &mut worker::Worker, panic: &(dyn std::any::Any + Send), done: &Shared) {
+    worker.fail_all(&worker::panic_error(panic), done);
+    worker.reset();
 }
 
 /// Loads the dynamic and static n-gram caches named in the options. A file
 /// that cannot be read is reported and skipped: speculation works without it.
-fn load_ngram_caches(opts: &EngineOptions) -> (session::NgramStore, Vec<String>) {
+fn load_ngram_caches(opts: &EngineOptions) -> (worker::NgramStore, Vec<String>) {
     use crate::core::ngram::NgramCache;
     let mut errors = Vec::new();
-    let mut store = session::NgramStore::default();
+    let mut store = worker::NgramStore::default();
     if let Some(path) = &opts.ngram_cache_path {
         if std::path::Path::new(path).exists() {
             match NgramCache::load(std::path::Path::new(path)) {

@@ -51,6 +51,8 @@ pub struct ModelInfo {
     pub add_bos: bool,
     pub eog: Vec<i32>,
     pub draft_name: Option<String>,
+    /// Requests decoded together (slots).
+    pub parallel: usize,
     /// The load-time self-check (`core::invariance`): logits bit-identical
     /// alone and inside a batch, and what it found.
     pub batch_invariant: bool,
@@ -117,7 +119,9 @@ fn check_gguf_magic(path: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
-pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32) -> LlamaContextParams {
+/// A context of `n_ctx` cells in all for `n_seq` sequences: with
+/// `unified`, one cache they share; without, one KV stream per sequence.
+pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32, unified: bool) -> LlamaContextParams {
     LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(opts.batch_size)
@@ -125,9 +129,7 @@ pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32) -> LlamaCont
         .with_n_seq_max(n_seq)
         .with_n_threads(opts.threads)
         .with_n_threads_batch(opts.threads)
-        // Tree drafts put branches in sequences 1..n that share the history
-        // in sequence 0: one unified cache, not one per sequence.
-        .with_kv_unified(true)
+        .with_kv_unified(unified)
         // Greedy speculation must reproduce plain decoding bit for bit, so a
         // position's logits may not depend on how many tokens share its batch.
         // ggml's CPU flash attention is not batch-size invariant: one query row
@@ -153,6 +155,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         add_bos: vocab.should_add_bos(),
         eog,
         draft_name: opts.draft_model_path.as_deref().map(file_name),
+        parallel: opts.parallel,
         batch_invariant: false,
         batch_invariance: "not checked yet".into(),
     }
