@@ -1,5 +1,6 @@
-// `npm run soak [-- --requests 1000 --concurrency 4]`: 1,000 mixed requests
-// (streamed, aborted, bad, speculative and not) through one engine. Reports
+// `npm run soak [-- --requests 1000 --concurrency 6]`: 1,000 mixed requests
+// (streamed, aborted, bad, speculative and not) through one engine with 4
+// slots, more in flight than slots so all four stay busy and some wait. Reports
 // resident memory at start, after 100 and at the end, checks that every
 // promise settled the way it should and that the engine still answers
 // correctly at the end. Not a test: it takes minutes. Exit code 1 on failure.
@@ -15,7 +16,8 @@ const arg = (name, dflt) => {
   return i >= 0 ? Number(process.argv[i + 1]) : dflt
 }
 const TOTAL = arg('requests', 1000)
-const CONCURRENCY = arg('concurrency', 4)
+const CONCURRENCY = arg('concurrency', 6)
+const PARALLEL = 4
 // Bound on resident-memory growth between request 100 (caches warm) and the end.
 const BOUND_MB = arg('bound-mb', 64)
 
@@ -25,6 +27,7 @@ const engine = await LlamaEngine.load({
   draftModelPath: path.join(MODELS, 'SmolLM2-135M-Instruct.Q2_K.gguf'),
   contextSize: 1024,
   threads: 2,
+  parallel: PARALLEL,
 })
 
 // Chat messages, rendered with the model's own template; one bad message in the bad requests.
@@ -106,7 +109,11 @@ async function worker() {
     }
   }
 }
+// How many slots were busy at once, sampled as the soak runs.
+let maxActive = 0
+const sampler = setInterval(() => (maxActive = Math.max(maxActive, engine.status().active)), 10)
 await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+clearInterval(sampler)
 
 const final = (await engine.complete(CHECK)).content
 const status = engine.status()
@@ -114,9 +121,9 @@ await engine.dispose()
 const at100 = marks.find((m) => m.after === 100)?.rssMb ?? marks[0].rssMb
 const end = marks.at(-1).rssMb
 const growth = end - at100
-const ok = settled === TOTAL && failures.length === 0 && final === reference && growth <= BOUND_MB && status.queued === 0
+const ok = settled === TOTAL && failures.length === 0 && final === reference && growth <= BOUND_MB && status.queued === 0 && maxActive === Math.min(PARALLEL, CONCURRENCY)
 console.log(JSON.stringify({
-  requests: TOTAL, concurrency: CONCURRENCY, settled, failures: failures.slice(0, 20), failureCount: failures.length,
+  requests: TOTAL, concurrency: CONCURRENCY, parallel: PARALLEL, maxActive, settled, failures: failures.slice(0, 20), failureCount: failures.length,
   rssMb: marks, growthAfter100Mb: growth, boundMb: BOUND_MB, sameAnswerAtEnd: final === reference,
   seconds: Math.round((Date.now() - t0) / 1000), ok,
 }, null, 2))
