@@ -9,12 +9,17 @@
 //   ngram     prompt lookup on input-grounded prompts (and two free-form
 //             ones): ngram and auto against off, and the ceiling an oracle
 //             n-gram drafter would reach (examples/ngram_ceiling.rs).
+//   parallel  several users at once: aggregate tokens/s of 1, 2, 4 and 8
+//             concurrent greedy requests against the same requests in turn,
+//             next to the limit the batch costs give (k·t1/tk), without and
+//             with speculation; and the longest wait between two token events
+//             of streaming requests while a 1,000-token prompt is prefilled.
 //   tiled     what exactness costs on K-quant models: plain decoding, prompt
 //             evaluation and batch costs with ggml's tiled K-quant mat-mul
 //             off (the engine's default) and on (GGML_CPU_TILED_MM=1),
 //             alternating processes (bench/probe.mjs).
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,tiled),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,parallel,tiled),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -36,7 +41,7 @@ const THREADS = Number(process.env.BENCH_THREADS || 2)
 const N = Number(process.env.BENCH_TOKENS || 128)
 const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
-const sections = new Set((process.env.BENCH_SECTIONS || 'binding,draft,ngram,tiled').split(',').map((s) => s.trim()))
+const sections = new Set((process.env.BENCH_SECTIONS || 'binding,draft,ngram,parallel,tiled').split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
 const chat = (u) => ({ messages: [{ role: 'user', content: u }] })
@@ -366,6 +371,94 @@ if (sections.has('ngram')) {
   console.log(`(ngram section: ${elapsed(since)}; off, ngram and auto each run on a fresh, warmed engine per request)`)
   results.ngram = rows.map((r) => ({ ...r, off: { ...r.off, content: undefined } }))
   results.ngram_batch_ms = batchMs
+}
+
+// ---------------------------------------------------------------------------
+// parallel: several requests at once against the same requests in turn.
+
+const TOPICS = ['the sea', 'a red bicycle', 'bread', 'the moon', 'a library', 'winter', 'a robot', 'tea']
+
+if (sections.has('parallel')) {
+  const since = Date.now()
+  console.log('\n## parallel: k concurrent greedy requests (Q4_1 target + Q2_K draft, parallel 8) against the same k in turn')
+  const engine = await LlamaEngine.load({ modelPath: TARGET, draftModelPath: DRAFT, contextSize: CONTEXT, threads: THREADS, parallel: 8 })
+  const request = (i, speculative) => ({ ...chat(`Write a long story about ${TOPICS[i % TOPICS.length]}.`), n_predict: N, temperature: 0, ignore_eos: true, cache_prompt: false, speculative })
+  await engine.complete({ prompt: 'Hello there.', n_predict: 8, temperature: 0, speculative: { mode: 'off' } })
+  // tokens/s of the requests `ids` run at once, or one after the other.
+  const together = async (ids, spec) => {
+    const t = performance.now()
+    const rs = await Promise.all(ids.map((i) => engine.complete(request(i, spec))))
+    return rs.reduce((s, r) => s + r.tokens_predicted, 0) / ((performance.now() - t) / 1000)
+  }
+  const inTurn = async (ids, spec) => {
+    const t = performance.now()
+    let n = 0
+    for (const i of ids) n += (await engine.complete(request(i, spec))).tokens_predicted
+    return n / ((performance.now() - t) / 1000)
+  }
+  const rows = []
+  for (const [label, spec] of [['off', { mode: 'off' }], ['auto', { mode: 'auto' }]]) {
+    for (const k of [1, 2, 4, 8]) {
+      const ids = [...Array(k).keys()]
+      const ratios = []
+      const tps = { turn: [], together: [] }
+      for (let r = 0; r < REPEATS; r++) {
+        // Alternate which goes first, so drift hits both alike.
+        const a = r % 2 === 0 ? await inTurn(ids, spec) : null
+        const b = await together(ids, spec)
+        const c = a ?? (await inTurn(ids, spec))
+        tps.turn.push(c)
+        tps.together.push(b)
+        ratios.push(b / c)
+      }
+      const bc = engine.status().batchCostMs
+      const limit = bc[1] && bc[k] ? (k * bc[1]) / bc[k] : NaN
+      rows.push({
+        speculation: label,
+        k,
+        'in turn t/s': fmt(median(tps.turn)),
+        'together t/s': fmt(median(tps.together)),
+        'together/in turn': `${times(median(ratios))} (${fmt(Math.min(...ratios), 2)}–${fmt(Math.max(...ratios), 2)})`,
+        'limit k·t1/tk': times(limit),
+      })
+    }
+  }
+  table(rows, Object.keys(rows[0]))
+  const bc = engine.status().batchCostMs
+  console.log(`batch costs at load (ms): t1 ${fmt(bc[1])}, t2 ${fmt(bc[2])}, t4 ${fmt(bc[4])}, t8 ${fmt(bc[8])}; ratios are medians (min–max) over ${REPEATS} paired repeats`)
+  // The longest wait between two token events of three streaming requests
+  // while a long prompt is evaluated beside them, against that prefill.
+  const stalls = []
+  const passage = 'The lighthouse keeper climbed the stairs at dusk and wrote the weather in his notebook. '.repeat(60)
+  for (let r = 0; r < REPEATS; r++) {
+    let submitted = null
+    let firstLong = null
+    let worst = 0
+    const last = new Map()
+    const streams = [0, 1, 2].map((i) =>
+      engine.complete(request(i, { mode: 'off' }), (e) => {
+        if (e.type !== 'token') return
+        const now = performance.now()
+        if (submitted !== null && firstLong === null && last.has(i)) worst = Math.max(worst, now - last.get(i))
+        last.set(i, now)
+      }),
+    )
+    while (last.size < 3) await new Promise((res) => setTimeout(res, 5))
+    submitted = performance.now()
+    const long = engine.complete({ ...chat(`Summarise this in one sentence:\n\n${passage}`), n_predict: 8, temperature: 0, cache_prompt: false }, (e) => {
+      if (e.type === 'token' && firstLong === null) firstLong = performance.now()
+    })
+    const [l] = await Promise.all([long, ...streams])
+    stalls.push({ worst, prefill: firstLong - submitted, prompt: l.tokens_evaluated })
+  }
+  const st = stalls.map((s) => s.worst / s.prefill)
+  console.log(
+    `long prefill beside 3 streams: ${stalls[0].prompt} prompt tokens; prefill ${stalls.map((s) => fmt(s.prefill, 0)).join(', ')} ms; ` +
+      `worst wait between two token events ${stalls.map((s) => fmt(s.worst, 0)).join(', ')} ms = ${st.map((x) => pct(x)).join(', ')} of the prefill (goal: at most ~33 %)`,
+  )
+  await engine.dispose()
+  console.log(`(parallel section: ${elapsed(since)})`)
+  results.parallel = { rows, stalls, batch_ms: bc }
 }
 
 // ---------------------------------------------------------------------------
