@@ -397,29 +397,42 @@ if (sections.has('parallel')) {
     return n / ((performance.now() - t) / 1000)
   }
   const rows = []
-  for (const [label, spec] of [['off', { mode: 'off' }], ['auto', { mode: 'auto' }]]) {
-    for (const k of [1, 2, 4, 8]) {
-      const ids = [...Array(k).keys()]
-      const ratios = []
-      const tps = { turn: [], together: [] }
-      for (let r = 0; r < REPEATS; r++) {
-        // Alternate which goes first, so drift hits both alike.
-        const a = r % 2 === 0 ? await inTurn(ids, spec) : null
-        const b = await together(ids, spec)
-        const c = a ?? (await inTurn(ids, spec))
-        tps.turn.push(c)
-        tps.together.push(b)
-        ratios.push(b / c)
+  const SPECS = { off: { mode: 'off' }, auto: { mode: 'auto' } }
+  for (const k of [1, 2, 4, 8]) {
+    const ids = [...Array(k).keys()]
+    const tps = { off: { turn: [], together: [] }, auto: { turn: [], together: [] } }
+    const ratio = { off: [], auto: [], autoOff: [] }
+    for (let r = 0; r < REPEATS; r++) {
+      // One repeat: each mode in turn and together, the order alternating
+      // between repeats so drift in machine load hits every side alike.
+      const order = r % 2 === 0 ? ['off', 'auto'] : ['auto', 'off']
+      const got = {}
+      for (const m of order) {
+        const first = r % 2 === 0 ? 'turn' : 'together'
+        const run = (how) => (how === 'turn' ? inTurn(ids, SPECS[m]) : together(ids, SPECS[m]))
+        const a = await run(first)
+        const b = await run(first === 'turn' ? 'together' : 'turn')
+        got[m] = first === 'turn' ? { turn: a, together: b } : { turn: b, together: a }
       }
-      const bc = engine.status().batchCostMs
-      const limit = bc[1] && bc[k] ? (k * bc[1]) / bc[k] : NaN
+      for (const m of ['off', 'auto']) {
+        tps[m].turn.push(got[m].turn)
+        tps[m].together.push(got[m].together)
+        ratio[m].push(got[m].together / got[m].turn)
+      }
+      ratio.autoOff.push(got.auto.together / got.off.together)
+    }
+    const bc = engine.status().batchCostMs
+    const limit = bc[1] && bc[k] ? (k * bc[1]) / bc[k] : NaN
+    const range = (xs) => `${times(median(xs))} (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
+    for (const m of ['off', 'auto']) {
       rows.push({
-        speculation: label,
+        speculation: m,
         k,
-        'in turn t/s': fmt(median(tps.turn)),
-        'together t/s': fmt(median(tps.together)),
-        'together/in turn': `${times(median(ratios))} (${fmt(Math.min(...ratios), 2)}–${fmt(Math.max(...ratios), 2)})`,
-        'limit k·t1/tk': times(limit),
+        'in turn t/s': fmt(median(tps[m].turn)),
+        'together t/s': fmt(median(tps[m].together)),
+        'together/in turn': range(ratio[m]),
+        'limit k·t1/tk': m === 'off' ? times(limit) : '',
+        'auto/off together': m === 'auto' ? range(ratio.autoOff) : '',
       })
     }
   }

@@ -118,6 +118,9 @@ pub struct DraftController {
     plain_ms_per_token: Option<f64>,
     drafted_ms_per_token: Option<f64>,
     drafted_steps: usize,
+    /// Whether the last decision was a probe (a draft that is not expected
+    /// to pay, taken to keep the estimate fresh).
+    probing: bool,
 }
 
 impl DraftController {
@@ -140,6 +143,7 @@ impl DraftController {
             plain_ms_per_token: None,
             drafted_ms_per_token: None,
             drafted_steps: 0,
+            probing: false,
         }
     }
 
@@ -365,6 +369,7 @@ impl DraftController {
     }
 
     fn decide(&mut self, price: Option<&StepPrice>, available: usize, setup_ms: f64, classes: Option<&[u8]>) -> usize {
+        self.probing = false;
         if self.adaptive && self.ceiling(price, None) < 1.0 {
             return 0;
         }
@@ -400,6 +405,7 @@ impl DraftController {
         if self.idle >= self.probe_every && available > 0 && setup_ms <= 2.0 * per_token {
             self.idle = 0;
             self.probe_every = (self.probe_every * 2).min(PROBE_MAX);
+            self.probing = true;
             return available.min(2);
         }
         0
@@ -413,6 +419,38 @@ impl DraftController {
             return 0.0;
         };
         (self.expected_tokens(k) - 1.0) * price.ms_per_token() - (price.extra_ms[k.min(price.max_k())] + cd * k as f64)
+    }
+
+    /// Whether draft lengths are chosen by price (else always `n_max`).
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive
+    }
+
+    /// Whether the last length decided was a probe.
+    pub fn probed(&self) -> bool {
+        self.probing
+    }
+
+    /// Expected tokens of a step verifying the first j tokens of a draft,
+    /// j = 0..=len (`[0]` is 1: the token the target always adds); with
+    /// `classes` (one per token) each token's chance is its class's.
+    pub fn expected_curve(&self, len: usize, classes: &[u8]) -> Vec<f64> {
+        let rates: Vec<f64> = if classes.len() >= len && !self.class_reached.is_empty() {
+            classes[..len].iter().enumerate().map(|(i, &c)| self.class_rate(c, i == 0)).collect()
+        } else {
+            let mut r = self.rates(len);
+            r.resize(len, 0.0);
+            r
+        };
+        let mut out = Vec::with_capacity(len + 1);
+        let (mut run, mut total) = (1.0, 1.0);
+        out.push(total);
+        for r in rates {
+            run *= r;
+            total += run;
+            out.push(total);
+        }
+        out
     }
 
     /// A probe or draft showed speculation pays again: probe eagerly.

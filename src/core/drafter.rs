@@ -19,9 +19,20 @@ pub struct Draft {
     /// n-gram size matched, see `ngram::DRAFT_CLASSES`); empty when the
     /// drafter has none.
     pub classes: Vec<u8>,
+    /// Filled in by the chain from the drafter's controller: the expected
+    /// tokens of the step for each length the draft could be cut to
+    /// (`expected[j]` for its first j tokens; `[0]` is 1).
+    pub expected: Vec<f64>,
+    /// Not to be shortened by the step's joint trim (`schedule::trim`): a
+    /// fixed length the request asked for, or a probe.
+    pub fixed: bool,
 }
 
 impl Draft {
+    pub fn new(tokens: Vec<i32>, source: TokenSource, classes: Vec<u8>) -> Self {
+        Draft { tokens, source, classes, expected: Vec::new(), fixed: false }
+    }
+
     pub fn len(&self) -> usize {
         self.tokens.len()
     }
@@ -34,6 +45,7 @@ impl Draft {
     pub fn truncate(&mut self, n: usize) {
         self.tokens.truncate(n);
         self.classes.truncate(n);
+        self.expected.truncate(n + 1);
     }
 }
 
@@ -66,6 +78,27 @@ pub trait Drafter {
     /// tokens the drafter has not seen, such as a new prompt.
     fn setup_ms(&self, _history: &[i32]) -> f64 {
         0.0
+    }
+}
+
+/// What drafting costs in the step being planned, for one request.
+#[derive(Debug, Clone, Default)]
+pub struct Prices {
+    /// For drafts that cost nothing to make (a lookup): this request's
+    /// share of a step where every generating request drafts as much
+    /// (`StepPrice::shared`). Optimistic on purpose: the step's joint trim
+    /// (`schedule::trim`) then shortens what does not pay together.
+    pub lookup: Option<StepPrice>,
+    /// For drafts that take time to make (a draft model): what they add to
+    /// the step as planned so far (`StepPrice::in_step`), so no time is
+    /// spent on drafts the trim would drop.
+    pub made: Option<StepPrice>,
+}
+
+impl Prices {
+    /// The same price for both kinds (a request alone).
+    pub fn both(price: Option<StepPrice>) -> Self {
+        Prices { lookup: price.clone(), made: price }
     }
 }
 
@@ -112,8 +145,10 @@ impl<'a> DrafterChain<'a> {
     }
 
     /// A draft to verify this step, at most `available` tokens, from the
-    /// first drafter whose draft pays at `price`; `None` to decode plainly.
-    pub fn propose(&mut self, history: &[i32], position: usize, available: usize, price: Option<&StepPrice>) -> Option<Draft> {
+    /// first drafter whose draft pays at its price; `None` to decode
+    /// plainly. The draft carries its drafter's expected-token curve (for
+    /// the step's joint trim); cut it with [`trim`](Self::trim).
+    pub fn propose(&mut self, history: &[i32], position: usize, available: usize, prices: &Prices) -> Option<Draft> {
         self.last = None;
         if available == 0 {
             return None;
@@ -124,6 +159,7 @@ impl<'a> DrafterChain<'a> {
             }
             let start = Instant::now();
             let draft = if e.drafter.is_cheap() {
+                let price = prices.lookup.as_ref();
                 // Look first (it costs microseconds), then decide how much
                 // of what was found is worth verifying.
                 let found = e.drafter.draft(history, available, position);
@@ -134,6 +170,7 @@ impl<'a> DrafterChain<'a> {
                 d.truncate(k);
                 d
             } else {
+                let price = prices.made.as_ref();
                 let k = e.ctl.next_length_with_setup(price, available, e.drafter.setup_ms(history));
                 if k == 0 {
                     continue;
@@ -147,11 +184,31 @@ impl<'a> DrafterChain<'a> {
             if draft.len() < self.n_min {
                 continue;
             }
+            let mut draft = draft;
+            draft.expected = e.ctl.expected_curve(draft.len(), &draft.classes);
+            draft.fixed = !e.ctl.is_adaptive() || e.ctl.probed();
             self.pending = Some((i, draft.classes.clone(), draft.len()));
             self.last = Some(i);
             return Some(draft);
         }
         None
+    }
+
+    /// The step's joint trim keeps only the first `n` tokens of the last
+    /// proposal (none: the request decodes plainly this step).
+    pub fn trim(&mut self, n: usize) {
+        let Some((i, classes, len)) = self.pending.as_mut() else { return };
+        if n >= *len {
+            return;
+        }
+        if n == 0 {
+            self.entries[*i].drafter.accept(0);
+            self.pending = None;
+            self.last = None;
+            return;
+        }
+        classes.truncate(n);
+        *len = n;
     }
 
     /// The target judged the last proposal: its first `n_accepted` tokens
@@ -250,7 +307,7 @@ mod tests {
         }
         fn draft(&mut self, _history: &[i32], n_max: usize, _position: usize) -> Option<Draft> {
             let tokens: Vec<i32> = self.tokens.iter().copied().take(n_max).collect();
-            (!tokens.is_empty()).then(|| Draft { tokens, source: TokenSource::Ngram, classes: vec![] })
+            (!tokens.is_empty()).then(|| Draft::new(tokens, TokenSource::Ngram, vec![]))
         }
         fn accept(&mut self, n: usize) {
             self.accepted += n;
@@ -280,23 +337,52 @@ mod tests {
             Box::new(Fixed { name: "ngram", tokens: vec![7, 8, 9, 10], cheap: true, accepted: 0 }),
             DraftController::new(8, true, 0.9),
         );
-        let d = chain.propose(&[0], 0, 8, price().as_ref()).expect("the cheap one pays");
+        let d = chain.propose(&[0], 0, 8, &Prices::both(price())).expect("the cheap one pays");
         assert_eq!(d.tokens[0], 7);
         chain.judged(2);
         let stats: Vec<(&str, usize, usize)> = chain.stats().map(|(n, s)| (n, s.n_drafted, s.n_accepted)).collect();
         assert_eq!(stats, vec![("slow", 0, 0), ("ngram", d.len(), 2)]);
         // Nothing to verify without room.
-        assert!(chain.propose(&[0], 0, 0, price().as_ref()).is_none());
+        assert!(chain.propose(&[0], 0, 0, &Prices::both(price())).is_none());
     }
 
     #[test]
     fn drafts_shorter_than_n_min_are_dropped() {
         let mut chain = DrafterChain::new(3);
         chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
-        assert!(chain.propose(&[0], 0, 8, price().as_ref()).is_none());
+        assert!(chain.propose(&[0], 0, 8, &Prices::both(price())).is_none());
         let mut chain = DrafterChain::new(2);
         chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
-        assert_eq!(chain.propose(&[0], 0, 8, price().as_ref()).map(|d| d.tokens), Some(vec![7, 8]));
+        assert_eq!(chain.propose(&[0], 0, 8, &Prices::both(price())).map(|d| d.tokens), Some(vec![7, 8]));
+    }
+
+    #[test]
+    fn a_draft_carries_its_expected_tokens_and_a_trim_is_what_was_verified() {
+        let mut chain = DrafterChain::new(0);
+        chain.push(
+            Box::new(Fixed { name: "ngram", tokens: vec![7, 8, 9, 10], cheap: true, accepted: 0 }),
+            DraftController::new(8, true, 0.9),
+        );
+        let d = chain.propose(&[0], 0, 8, &Prices::both(price())).expect("pays");
+        assert!(!d.fixed);
+        assert_eq!(d.expected.len(), d.len() + 1);
+        assert_eq!(d.expected[0], 1.0);
+        assert!(d.expected.windows(2).all(|w| w[1] > w[0]), "{:?}", d.expected);
+        // Cut to 1: the chain counts one drafted token.
+        chain.trim(1);
+        chain.judged(1);
+        let stats: Vec<(usize, usize)> = chain.stats().map(|(_, s)| (s.n_drafted, s.n_accepted)).collect();
+        assert_eq!(stats, vec![(1, 1)]);
+        // Cut to nothing: nothing is judged.
+        chain.propose(&[0], 0, 8, &Prices::both(price())).expect("pays");
+        chain.trim(0);
+        chain.judged(0);
+        let stats: Vec<(usize, usize)> = chain.stats().map(|(_, s)| (s.n_drafted, s.n_accepted)).collect();
+        assert_eq!(stats, vec![(1, 1)]);
+        // A fixed length is marked so.
+        let mut chain = DrafterChain::new(0);
+        chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
+        assert!(chain.propose(&[0], 0, 8, &Prices::both(price())).unwrap().fixed);
     }
 
     #[test]

@@ -718,7 +718,7 @@ impl Drafter for NgramDrafter {
         }
         self.last_draft = tokens.len();
         self.n_drafted += tokens.len();
-        Some(Draft { tokens, source: TokenSource::Ngram, classes })
+        Some(Draft::new(tokens, TokenSource::Ngram, classes))
     }
 
     fn accept(&mut self, n_accepted: usize) {

@@ -214,7 +214,7 @@ impl<'m> ModelDrafter<'m> {
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         let mut cx = self.cx.borrow_mut();
         let (ok, synced, sync_ms) = cx.sync(self.seq, &history);
-        let mut draft = Draft { tokens: Vec::new(), source: TokenSource::Draft, classes: Vec::new() };
+        let mut draft = Draft::new(Vec::new(), TokenSource::Draft, Vec::new());
         if ok {
             let greedy = self.settings.temperature <= 0.0;
             for i in 0..n_max {
@@ -375,7 +375,7 @@ impl Drafter for ModelDrafter<'_> {
 
 /// A draft of deterministic choices: each token a point mass for verification.
 fn point_masses(tokens: Vec<i32>) -> Draft {
-    Draft { tokens, source: TokenSource::Draft, classes: Vec::new() }
+    Draft::new(tokens, TokenSource::Draft, Vec::new())
 }
 
 /// The two largest logits' ids.

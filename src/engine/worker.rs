@@ -23,14 +23,14 @@ use super::sampler::{TokenSampler, DEAD_END};
 use super::slot::{ms, Phase, Request, Slot, StepToken, Stop};
 use super::Job;
 use crate::core::controller::{BatchCost, DraftController};
-use crate::core::drafter::{Draft, DrafterChain};
+use crate::core::drafter::{Draft, DrafterChain, Prices};
 use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::events::{CompletionResult, SpeculativeStats, TokenSource};
 use crate::core::invariance::InvarianceCheck;
 use crate::core::ngram::{NgramCache, NgramDrafter, NgramParams, CLASS_PRIORS};
 use crate::core::prompt;
 use crate::core::request::{CompletionRequest, PromptPart, SpecMode};
-use crate::core::schedule::{prefill_chunk, ubatches, Part, StepPrice};
+use crate::core::schedule::{prefill_chunk, trim, ubatches, Part, StepPrice, Trimmable};
 use crate::core::verify::verify_draft;
 
 const PANIC_PROMPT: &str = "__llama_engine_panic__";
@@ -404,7 +404,8 @@ impl<'m> Worker<'m> {
     /// What each active request decodes this step. Generating requests get
     /// their pending token; prompts get what is left of the batch, in chunks
     /// while others stream; then each generating request may add a draft,
-    /// priced by what it adds to this batch.
+    /// priced by what it adds to this batch, and the drafts are trimmed
+    /// together to what pays in the batch they make.
     fn plan(&mut self) -> Vec<Planned> {
         // (With more generating requests than a batch holds — a tiny
         // batchSize — the rest wait: a batch never exceeds n_batch, which
@@ -429,8 +430,10 @@ impl<'m> Worker<'m> {
             let tokens = r.prompt[cached.len()..cached.len() + chunk].to_vec();
             plan.push(Planned { slot: i, tokens, completes_prompt: chunk == left, draft: None, first_row: 0 });
         }
+        let prefill: Vec<Part> = plan.iter().map(|p| Part { seq: self.slots[p.slot].seq, tokens: p.tokens.len() }).collect();
+        let generating_seqs: Vec<i32> = generating.iter().map(|&g| self.slots[g].seq).collect();
         for &i in &generating {
-            let draft = self.plan_draft(i, &plan, &generating, used);
+            let draft = self.plan_draft(i, &plan, &prefill, &generating_seqs, used);
             used += draft.as_ref().map_or(0, Draft::len);
             let slot = &self.slots[i];
             let Some(Phase::Generate { pending }) = slot.request.as_ref().map(|r| r.phase) else { continue };
@@ -439,22 +442,73 @@ impl<'m> Worker<'m> {
             plan.push(Planned { slot: i, tokens, completes_prompt: false, draft, first_row: 0 });
         }
         plan.sort_by_key(|p| self.slots[p.slot].seq);
+        if generating.len() > 1 {
+            self.trim_drafts(&mut plan);
+        }
         plan
     }
 
+    /// Drafts were planned one request at a time; together they may split
+    /// the batch into more micro-batches than any of them was priced for.
+    /// Cuts them to the lengths that give the step the most expected tokens
+    /// per ms (`core::schedule::trim`); fixed lengths and probes stay.
+    fn trim_drafts(&mut self, plan: &mut [Planned]) {
+        let mut fixed: Vec<Part> = Vec::new();
+        let mut fixed_tokens = 0.0;
+        let mut cuttable: Vec<usize> = Vec::new();
+        for (j, p) in plan.iter().enumerate() {
+            let seq = self.slots[p.slot].seq;
+            match &p.draft {
+                Some(d) if !d.fixed && d.expected.len() == d.len() + 1 => cuttable.push(j),
+                Some(d) => {
+                    fixed.push(Part { seq, tokens: p.tokens.len() });
+                    fixed_tokens += d.expected.get(d.len()).copied().unwrap_or(1.0);
+                }
+                None => {
+                    fixed.push(Part { seq, tokens: p.tokens.len() });
+                    if matches!(self.slots[p.slot].request.as_ref().map(|r| r.phase), Some(Phase::Generate { .. })) {
+                        fixed_tokens += 1.0;
+                    }
+                }
+            }
+        }
+        if cuttable.is_empty() {
+            return;
+        }
+        let lengths = {
+            let drafts: Vec<Trimmable> = cuttable
+                .iter()
+                .filter_map(|&j| plan[j].draft.as_ref().map(|d| Trimmable { seq: self.slots[plan[j].slot].seq, expected: &d.expected }))
+                .collect();
+            trim(&fixed, fixed_tokens, &drafts, self.slots.len(), self.n_batch, &self.costs)
+        };
+        for (&j, &k) in cuttable.iter().zip(&lengths) {
+            let part = &mut plan[j];
+            let Some(d) = part.draft.as_mut() else { continue };
+            if k >= d.len() {
+                continue;
+            }
+            d.truncate(k);
+            part.tokens.truncate(1 + k);
+            if k == 0 {
+                part.draft = None;
+            }
+            if let Some(r) = self.slots[part.slot].request.as_mut() {
+                r.chain.trim(k);
+            }
+        }
+    }
+
     /// The draft generating request `i` verifies this step, if one pays.
-    fn plan_draft(&mut self, i: usize, plan: &[Planned], generating: &[usize], used: usize) -> Option<Draft> {
+    fn plan_draft(&mut self, i: usize, plan: &[Planned], prefill: &[Part], generating: &[i32], used: usize) -> Option<Draft> {
         let (n_ctx, n_batch, n_stream) = (self.n_ctx, self.n_batch, self.slots.len());
         // Every other part of the step as planned so far (requests not yet
         // planned decode their pending token at least).
         let seq = self.slots[i].seq;
         let mut others: Vec<Part> = plan.iter().map(|p| Part { seq: self.slots[p.slot].seq, tokens: p.tokens.len() }).collect();
-        others.extend(
-            generating
-                .iter()
-                .filter(|&&g| g != i && !plan.iter().any(|p| p.slot == g))
-                .map(|&g| Part { seq: self.slots[g].seq, tokens: 1 }),
-        );
+        let unplanned: Vec<Part> =
+            generating.iter().filter(|&&g| g != seq && !others.iter().any(|p| p.seq == g)).map(|&g| Part { seq: g, tokens: 1 }).collect();
+        others.extend(unplanned);
         let slot = &mut self.slots[i];
         let r = slot.request.as_mut()?;
         let Phase::Generate { pending } = r.phase else { return None };
@@ -471,10 +525,13 @@ impl<'m> Worker<'m> {
         if available == 0 {
             return None;
         }
-        let price = StepPrice::in_step(&others, generating.len(), seq, available, n_stream, n_batch, &self.costs);
+        let prices = Prices {
+            lookup: StepPrice::shared(prefill, generating, available, n_stream, n_batch, &self.costs),
+            made: StepPrice::in_step(&others, generating.len(), seq, available, n_stream, n_batch, &self.costs),
+        };
         let mut history: Vec<i32> = slot.cached.iter().map(|t| t.0).collect();
         history.push(pending.0);
-        r.chain.propose(&history, r.n_gen, available, price.as_ref())
+        r.chain.propose(&history, r.n_gen, available, &prices)
     }
 
     /// The batch: every part's tokens in sequence order, at the positions
