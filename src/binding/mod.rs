@@ -156,6 +156,7 @@ impl NativeEngine {
             "vocabSize": info.n_vocab,
             "batchInvariant": info.batch_invariant,
             "batchInvariance": info.batch_invariance,
+            "cpuBackend": crate::engine::ggml_setup::cpu_backend(),
             "tokensCached": st.tokens_cached,
             "batchCostMs": st.batch_cost_ms,
             "draftStepMs": st.draft_step_ms,

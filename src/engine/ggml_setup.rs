@@ -84,3 +84,115 @@ pub fn disable_extra_buffer_types() -> Vec<String> {
     }
     names
 }
+
+/// Which CPU back end computes. A source build has one, compiled for the
+/// machine that built it; the portable build picks one of its variants at
+/// run time (`load_cpu_backend`).
+pub fn cpu_backend() -> String {
+    #[cfg(feature = "prebuilt")]
+    {
+        match CPU_VARIANT.get() {
+            Some(Ok(v)) => v.clone(),
+            Some(Err(e)) => format!("none ({e})"),
+            None => "not loaded yet".into(),
+        }
+    }
+    #[cfg(not(feature = "prebuilt"))]
+    {
+        "built in (source build)".into()
+    }
+}
+
+#[cfg(feature = "prebuilt")]
+static CPU_VARIANT: std::sync::OnceLock<std::result::Result<String, String>> = std::sync::OnceLock::new();
+
+/// The portable build has no CPU back end linked in: its variants
+/// (`libggml-cpu-<level>.so`, one per x86-64 or Arm level) ship beside the
+/// addon. This scores each for this CPU with its own `ggml_backend_score`
+/// (0 = cannot run here; higher = more features used), as ggml's loader does,
+/// and registers the best. Returns the variant's name, e.g. `haswell`.
+/// `LLAMA_ENGINE_CPU_VARIANT` forces one (for tests and benchmarks).
+#[cfg(feature = "prebuilt")]
+pub fn load_cpu_backend() -> std::result::Result<String, String> {
+    CPU_VARIANT
+        .get_or_init(|| {
+            let dir = addon_dir().ok_or("cannot find the addon's directory")?;
+            // ggml's names for back-end modules: `.so` on macOS as well.
+            let (prefix, ext) = if cfg!(windows) { ("ggml-cpu-", ".dll") } else { ("libggml-cpu-", ".so") };
+            let forced = std::env::var("LLAMA_ENGINE_CPU_VARIANT").ok();
+            let mut best: Option<(i32, String, std::path::PathBuf)> = None;
+            let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(variant) = name.strip_prefix(prefix).and_then(|n| n.strip_suffix(ext)) else { continue };
+                if forced.as_deref().is_some_and(|f| f != variant) {
+                    continue;
+                }
+                let score = score(&entry.path());
+                if score > 0 && best.as_ref().is_none_or(|(s, _, _)| score > *s) {
+                    best = Some((score, variant.to_string(), entry.path()));
+                }
+            }
+            let Some((_, variant, path)) = best else {
+                return Err(match forced {
+                    Some(f) => format!("CPU variant {f:?} is not in {} or cannot run on this CPU", dir.display()),
+                    None => format!("no CPU back end in {} runs on this CPU", dir.display()),
+                });
+            };
+            if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
+                // ggml logs each load; the engine's logs are off unless asked for.
+                unsafe extern "C" fn quiet(_: llama_cpp_sys_2::ggml_log_level, _: *const std::ffi::c_char, _: *mut std::ffi::c_void) {}
+                // SAFETY: installs a callback that ignores its arguments.
+                unsafe { llama_cpp_sys_2::ggml_log_set(Some(quiet), std::ptr::null_mut()) };
+            }
+            let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+            // SAFETY: registers the library with ggml's back-end registry;
+            // called once (OnceLock), before the back end is initialised.
+            let reg = unsafe { llama_cpp_sys_2::ggml_backend_load(c.as_ptr()) };
+            if reg.is_null() {
+                return Err(format!("{}: ggml could not load it", path.display()));
+            }
+            Ok(variant)
+        })
+        .clone()
+}
+
+/// `ggml_backend_score()` of a back-end library: 0 when it cannot run on
+/// this CPU (or is not a back end).
+#[cfg(feature = "prebuilt")]
+fn score(path: &std::path::Path) -> i32 {
+    let Ok(c) = std::ffi::CString::new(path.to_string_lossy().as_bytes()) else { return 0 };
+    // SAFETY: dlopen/dlsym/dlclose on a ggml back-end library, exactly what
+    // ggml's own loader does to choose a variant: loading runs no code that
+    // needs the variant's instructions, and `ggml_backend_score` is written to
+    // run on any CPU of the architecture.
+    unsafe {
+        let handle = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            return 0;
+        }
+        let f = libc::dlsym(handle, c"ggml_backend_score".as_ptr());
+        let s = if f.is_null() {
+            0
+        } else {
+            let f: unsafe extern "C" fn() -> i32 = std::mem::transmute(f);
+            f()
+        };
+        libc::dlclose(handle);
+        s
+    }
+}
+
+/// The directory the addon (this shared object) was loaded from.
+#[cfg(feature = "prebuilt")]
+fn addon_dir() -> Option<std::path::PathBuf> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables for an address inside
+    // this object; dli_fname points into them.
+    let ok = unsafe { libc::dladdr(addon_dir as *const libc::c_void, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    std::path::Path::new(&file).canonicalize().ok()?.parent().map(|p| p.to_path_buf())
+}

@@ -24,6 +24,8 @@ pub fn backend() -> Result<&'static LlamaBackend> {
     BACKEND
         .get_or_init(|| {
             ggml_setup::turn_off_tiled_matmul();
+            #[cfg(feature = "prebuilt")]
+            ggml_setup::load_cpu_backend()?;
             let backend = LlamaBackend::init()
                 .map(|mut b| {
                     if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
