@@ -219,6 +219,19 @@ export interface EngineStatus {
   batchInvariant?: boolean
   /** What the self-check found, in words (the first differing row when it failed). */
   batchInvariance?: string
+  /**
+   * The CPU back end computing: in the prebuilt addon, the variant chosen at
+   * load for this CPU (e.g. `"haswell"`, `"skylakex"`, `"sapphirerapids"`;
+   * `LLAMA_ENGINE_CPU_VARIANT` forces one); in a source build,
+   * `"built in (source build)"`.
+   */
+  cpuBackend?: string
+  /**
+   * Where the native addon was loaded from: the platform package's name
+   * (e.g. `"llama-engine-linux-x64-gnu"`), `"local build"`, or the path in
+   * `LLAMA_ENGINE_ADDON`.
+   */
+  addon?: string
   tokensCached?: number
   /** Measured cost (ms) of a target batch of n tokens, at index n. */
   batchCostMs?: Array<number | null>

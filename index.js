@@ -4,7 +4,10 @@
 // JavaScript shape of CONTRACT.md: promises, AbortSignal, async iteration,
 // and errors with a stable `code`.
 
-const { NativeEngine, quantizeModel: nativeQuantize } = require('./binding.js')
+const { loadNative } = require('./native-loader.js')
+
+const native = loadNative()
+const { NativeEngine, quantizeModel: nativeQuantize } = native.binding
 
 const CODES = new Set(['INVALID_REQUEST', 'MODEL_LOAD_FAILED', 'INCOMPATIBLE_DRAFT', 'DISPOSED', 'INTERNAL'])
 
@@ -281,7 +284,7 @@ class LlamaEngine {
 
   status() {
     if (this.#disposed) return { queued: 0, active: 0, busy: false, disposed: true }
-    return this.#native.status()
+    return { ...this.#native.status(), addon: native.from }
   }
 
   /** Writes the dynamic n-gram cache (llama.cpp's lookup format) to `path` or to `ngramCachePath`. */

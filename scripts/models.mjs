@@ -131,7 +131,7 @@ let binding;
 function loadBinding() {
   if (binding) return binding;
   try {
-    binding = createRequire(import.meta.url)('../binding.js');
+    binding = createRequire(import.meta.url)('../native-loader.js').loadNative().binding;
   } catch (e) {
     console.error(`cannot load the addon (${e.message.split('\n')[0]})\nbuild the addon first: npm run build`);
     process.exit(1);

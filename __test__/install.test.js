@@ -1,0 +1,75 @@
+// How the package finds its native addon (native-loader.js): the platform
+// package first, then a local build; what status() says about it; and the
+// message when nothing loads. The prebuilt platform package itself is
+// installed and run offline by `npm run test:prebuilt` (scripts/check-prebuilt.mjs).
+const { spawnSync } = require('node:child_process')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { LlamaEngine } = require('..')
+const { platformTriple } = require('../native-loader.js')
+const { MODELS } = require('./helpers')
+
+const root = path.join(__dirname, '..')
+
+test('status() says where the addon came from and which CPU back end computes', async () => {
+  const engine = await LlamaEngine.load({ modelPath: path.join(MODELS, 'SmolLM2-135M-Instruct.Q4_1.gguf'), contextSize: 256 })
+  try {
+    const s = engine.status()
+    expect(s.addon).toBe('local build')
+    expect(typeof s.cpuBackend).toBe('string')
+    expect(s.cpuBackend.length).toBeGreaterThan(0)
+    expect(s.batchInvariant).toBe(true)
+  } finally {
+    await engine.dispose()
+  }
+})
+
+test('the platform package is named by napi-rs convention and exists as a folder under npm/', () => {
+  const triple = platformTriple()
+  expect(triple).toMatch(/^(linux-(x64|arm64)-(gnu|musl)|darwin-(x64|arm64)|win32-(x64|arm64)-msvc)$/)
+  const pkg = JSON.parse(fs.readFileSync(path.join(root, 'npm', triple, 'package.json'), 'utf8'))
+  const rootPkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'))
+  expect(pkg.name).toBe(`llama-engine-${triple}`)
+  expect(pkg.main).toBe(`llama-engine.${triple}.node`)
+  expect(pkg.version).toBe(rootPkg.version)
+  expect(rootPkg.optionalDependencies[pkg.name]).toBe(rootPkg.version)
+  for (const dir of fs.readdirSync(path.join(root, 'npm'))) {
+    const p = JSON.parse(fs.readFileSync(path.join(root, 'npm', dir, 'package.json'), 'utf8'))
+    expect({ dir, name: p.name, version: p.version, listed: rootPkg.optionalDependencies[p.name] }).toEqual({
+      dir,
+      name: `llama-engine-${dir}`,
+      version: rootPkg.version,
+      listed: rootPkg.version,
+    })
+    expect(p.os.length && p.cpu.length).toBeTruthy()
+  }
+})
+
+test('without any addon, requiring the package fails with a message that says what to do', () => {
+  // A copy of the JS files without a .node beside them and without the platform package.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-noaddon-'))
+  try {
+    for (const f of ['index.js', 'native-loader.js']) fs.copyFileSync(path.join(root, f), path.join(dir, f))
+    const env = { ...process.env }
+    delete env.LLAMA_ENGINE_ADDON
+    const r = spawnSync(process.execPath, ['-e', `require(${JSON.stringify(dir)})`], { cwd: dir, env, encoding: 'utf8' })
+    expect(r.status).not.toBe(0)
+    expect(r.stderr).toContain(`llama-engine-${platformTriple()}: not installed`)
+    expect(r.stderr).toContain('not built')
+    expect(r.stderr).toContain('--build-from-source')
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})
+
+test('LLAMA_ENGINE_ADDON loads the addon from a given path', () => {
+  const local = path.join(root, `llama-engine.${platformTriple()}.node`)
+  const r = spawnSync(
+    process.execPath,
+    ['-e', `const { LlamaEngine } = require(${JSON.stringify(root)}); console.log(typeof LlamaEngine.load)`],
+    { env: { ...process.env, LLAMA_ENGINE_ADDON: local }, encoding: 'utf8' },
+  )
+  expect(r.stderr).toBe('')
+  expect(r.stdout.trim()).toBe('function')
+})
