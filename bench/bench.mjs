@@ -18,13 +18,18 @@
 //             evaluation and batch costs with ggml's tiled K-quant mat-mul
 //             off (the engine's default) and on (GGML_CPU_TILED_MM=1),
 //             alternating processes (bench/probe.mjs).
+//   prebuilt  the portable addon of `npm run prebuild` (npm/<triple>/, CPU
+//             variant chosen at run time) against the source build
+//             (-C target-cpu=native): plain decoding and prompt evaluation,
+//             alternating processes. In the default list when the prebuilt
+//             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,parallel,tiled),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,parallel,tiled[,prebuilt]),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
 import { execFileSync } from 'node:child_process'
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import { join } from 'node:path'
 import { ensureReady } from '../scripts/ensure-ready.mjs'
@@ -41,7 +46,10 @@ const THREADS = Number(process.env.BENCH_THREADS || 2)
 const N = Number(process.env.BENCH_TOKENS || 128)
 const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
-const sections = new Set((process.env.BENCH_SECTIONS || 'binding,draft,ngram,parallel,tiled').split(',').map((s) => s.trim()))
+const { platformTriple } = (await import('../native-loader.js')).default
+const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
+const defaultSections = `binding,draft,ngram,parallel,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
 const chat = (u) => ({ messages: [{ role: 'user', content: u }] })
@@ -519,6 +527,56 @@ if (sections.has('tiled')) {
   console.log('t8/t16 = load-time cost (ms) of a batch of 8/16 rows (tiled takes over from 8 rows); prompt = the ~300-token code-edit prompt, evaluated without cache')
   console.log(`(tiled section: ${elapsed(since)})`)
   results.tiled = rows
+}
+
+// ---------------------------------------------------------------------------
+// prebuilt: the portable addon against the source build, each in processes
+// of its own (bench/probe.mjs; LLAMA_ENGINE_ADDON picks the prebuilt one),
+// alternating so the machine's drift hits both alike.
+
+if (sections.has('prebuilt')) {
+  const since = Date.now()
+  console.log(`\n## prebuilt: ${PREBUILT.slice(root.length + 1)} (CPU variant chosen at run time) vs the source build (target-cpu=native)`)
+  if (!existsSync(PREBUILT)) {
+    console.log('no prebuilt addon: run npm run prebuild first')
+  } else {
+    const probe = join(root, 'bench', 'probe.mjs')
+    const prompt = NGRAM_PROMPTS[1][1].messages[0].content
+    const env = (side) => {
+      const e = { ...process.env }
+      if (side === 'prebuilt') e.LLAMA_ENGINE_ADDON = PREBUILT
+      else delete e.LLAMA_ENGINE_ADDON
+      return e
+    }
+    const rows = []
+    for (const name of ['SmolLM2-135M-Instruct.Q4_1.gguf', 'gemma-3-270m-q4_k_m.gguf']) {
+      const cfg = JSON.stringify({ model: join(models, name), threads: THREADS, tokens: N, prompt, context: CONTEXT })
+      const runs = { prebuilt: [], source: [] }
+      for (let r = 0; r < REPEATS; r++) {
+        const order = r % 2 ? ['source', 'prebuilt'] : ['prebuilt', 'source']
+        for (const side of order) runs[side].push(JSON.parse(execFileSync(process.execPath, [probe, cfg], { env: env(side) }).toString()))
+      }
+      const med = (side, f) => median(runs[side].map(f))
+      const rng = (xs) => `${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)}`
+      const paired = (f) => runs.prebuilt.map((o, i) => f(o) / f(runs.source[i]))
+      rows.push({
+        model: name,
+        variant: runs.prebuilt[0].cpuBackend,
+        invariant: `${runs.prebuilt.every((x) => x.batchInvariant)}/${runs.source.every((x) => x.batchInvariant)}`,
+        'gen t/s prebuilt': fmt(med('prebuilt', (x) => x.tps)),
+        'gen t/s source': fmt(med('source', (x) => x.tps)),
+        'gen prebuilt/source': `${times(median(paired((x) => x.tps)))} (${rng(paired((x) => x.tps))})`,
+        'prompt t/s prebuilt': fmt(med('prebuilt', (x) => x.prompt_tps)),
+        'prompt t/s source': fmt(med('source', (x) => x.prompt_tps)),
+        'prompt prebuilt/source': `${times(median(paired((x) => x.prompt_tps)))} (${rng(paired((x) => x.prompt_tps))})`,
+        runs,
+      })
+    }
+    table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs'))
+    console.log('invariant = status().batchInvariant prebuilt/source; ratios = median (min–max) over the repeats, each prebuilt run against the source run next to it (order alternated)')
+    results.prebuilt = rows
+  }
+  console.log(`(prebuilt section: ${elapsed(since)})`)
 }
 
 mkdirSync(join(root, 'bench-results'), { recursive: true })

@@ -7,9 +7,11 @@
 //   const result = await ipcRenderer.invoke('llm:complete', id, { prompt, n_predict: 256 })
 //   ipcRenderer.send('llm:abort', id)   // stop early; the invoke still resolves, with stopped_abort
 //
-// Packaging: the .node addon cannot be loaded from inside an asar archive,
-// so unpack it (electron-builder: asarUnpack: ["**/*.node"]), and keep the
-// model files outside the archive too.
+// Packaging: native code cannot be loaded from inside an asar archive, so
+// unpack the platform package — the .node and the shared libraries beside it
+// (electron-builder: asarUnpack: ["node_modules/llama-engine-*/**"]) — and
+// keep the model files outside the archive too. The addon is Node-API: no
+// electron-rebuild, the same binary works in every Electron version.
 const path = require('node:path')
 const { app, BrowserWindow, ipcMain } = require('electron')
 const { LlamaEngine } = require('llama-engine')
