@@ -1,41 +1,10 @@
 // examples/server.mjs speaks the OpenAI API: driven here by the official
 // `openai` npm client, as a user's code would.
-const path = require('node:path')
-const vm = require('node:vm')
-const { pathToFileURL } = require('node:url')
 const OpenAI = require('openai')
 const { user, loadTarget } = require('./helpers')
+const { importServer, listen, close, until } = require('./server-helpers')
 
-const SERVER = path.join(__dirname, '..', 'examples', 'server.mjs')
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
-
-// See server.test.js: the ES module is loaded with Node's own loader.
-async function importServer() {
-  const url = pathToFileURL(SERVER).href
-  try {
-    return await import(url)
-  } catch (e) {
-    if (!String(e.code).startsWith('ERR_VM_DYNAMIC_IMPORT')) throw e
-    const load = new vm.Script('(url) => import(url)', { importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER }).runInThisContext()
-    return load(url)
-  }
-}
-
-const listen = (server) => new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${server.address().port}`)))
-function close(server) {
-  const closed = new Promise((resolve) => server.close(resolve))
-  server.closeAllConnections()
-  return closed
-}
-
-async function until(predicate, ms) {
-  const deadline = Date.now() + ms
-  while (!predicate()) {
-    if (Date.now() > deadline) return false
-    await new Promise((r) => setTimeout(r, 25))
-  }
-  return true
-}
 
 let createServer
 let engine

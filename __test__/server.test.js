@@ -1,35 +1,5 @@
-const path = require('node:path')
-const vm = require('node:vm')
-const { pathToFileURL } = require('node:url')
 const { user, loadTarget } = require('./helpers')
-
-const SERVER = path.join(__dirname, '..', 'examples', 'server.mjs')
-
-// examples/server.mjs is an ES module. Jest runs tests as CommonJS in a VM
-// that cannot import() without --experimental-vm-modules; then load it with
-// Node's own loader in the main context instead.
-async function importServer() {
-  const url = pathToFileURL(SERVER).href
-  try {
-    return await import(url)
-  } catch (e) {
-    if (!String(e.code).startsWith('ERR_VM_DYNAMIC_IMPORT')) throw e
-    const load = new vm.Script('(url) => import(url)', {
-      importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
-    }).runInThisContext()
-    return load(url)
-  }
-}
-
-function listen(server) {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${server.address().port}`)))
-}
-
-function close(server) {
-  const closed = new Promise((resolve) => server.close(resolve))
-  server.closeAllConnections()
-  return closed
-}
+const { importServer, listen, close, until } = require('./server-helpers')
 
 const post = (base, route, body) =>
   fetch(base + route, {
@@ -44,15 +14,6 @@ function sseData(text) {
     .split('\n')
     .filter((line) => line.startsWith('data: '))
     .map((line) => JSON.parse(line.slice('data: '.length)))
-}
-
-async function until(predicate, ms) {
-  const deadline = Date.now() + ms
-  while (!predicate()) {
-    if (Date.now() > deadline) return false
-    await new Promise((r) => setTimeout(r, 25))
-  }
-  return true
 }
 
 let createServer
