@@ -483,42 +483,60 @@ if (sections.has('parallel')) {
 }
 
 // ---------------------------------------------------------------------------
-// tiled: the cost of turning ggml's tiled K-quant mat-mul off. ggml reads
-// GGML_CPU_TILED_MM once per process, so each run is a process of its own;
-// off and on alternate so the machine's drift hits both alike.
-
-if (sections.has('tiled')) {
-  const since = Date.now()
-  console.log('\n## tiled: exactness cost on K-quant models (tiled K-quant mat-mul off = engine default, on = GGML_CPU_TILED_MM=1)')
+// Sections that compare whole processes (a setting read once per process,
+// another build of the addon): bench/probe.mjs on `model`, REPEATS times for
+// each of two sides — each a set of environment changes, null removing the
+// variable — which side goes first alternating, so the machine's drift hits
+// both alike. `med(side, f)` is a side's median, `ratio(f)` the median
+// (min–max) of each first-side run against the second-side run beside it.
+function probePairs(model, sides) {
   const probe = join(root, 'bench', 'probe.mjs')
   // The code edit as plain text (gemma-3-270m has no chat template): ~300 prompt tokens.
   const prompt = NGRAM_PROMPTS[1][1].messages[0].content
-  const env = (on) => {
-    const e = { ...process.env }
-    if (on) e.GGML_CPU_TILED_MM = '1'
-    else delete e.GGML_CPU_TILED_MM
-    return e
+  const cfg = JSON.stringify({ model, threads: THREADS, tokens: N, prompt, context: CONTEXT })
+  const names = Object.keys(sides)
+  const runs = Object.fromEntries(names.map((n) => [n, []]))
+  for (let r = 0; r < REPEATS; r++) {
+    for (const side of r % 2 ? [...names].reverse() : names) {
+      const env = { ...process.env }
+      for (const [k, v] of Object.entries(sides[side])) {
+        if (v == null) delete env[k]
+        else env[k] = v
+      }
+      runs[side].push(JSON.parse(execFileSync(process.execPath, [probe, cfg], { env }).toString()))
+    }
   }
+  const [a, b] = names
+  const med = (side, f) => fmt(median(runs[side].map(f)))
+  const ratio = (f) => {
+    const xs = runs[a].map((x, i) => f(x) / f(runs[b][i]))
+    return `${times(median(xs))} (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
+  }
+  const invariant = `${runs[a].every((x) => x.batchInvariant)}/${runs[b].every((x) => x.batchInvariant)}`
+  return { runs, med, ratio, invariant }
+}
+
+const tps = (x) => x.tps
+const promptTps = (x) => x.prompt_tps
+
+// tiled: the cost of turning ggml's tiled K-quant mat-mul off. ggml reads
+// GGML_CPU_TILED_MM once per process.
+if (sections.has('tiled')) {
+  const since = Date.now()
+  console.log('\n## tiled: exactness cost on K-quant models (tiled K-quant mat-mul off = engine default, on = GGML_CPU_TILED_MM=1)')
   const rows = []
   for (const name of ['gemma-3-270m-q4_k_m.gguf', 'gemma-3-270m.Q6_K.gguf']) {
-    const cfg = JSON.stringify({ model: join(models, name), threads: THREADS, tokens: N, prompt, context: CONTEXT })
-    const runs = { off: [], on: [] }
-    for (let r = 0; r < REPEATS; r++) {
-      for (const side of ['off', 'on']) runs[side].push(JSON.parse(execFileSync(process.execPath, [probe, cfg], { env: env(side === 'on') }).toString()))
-    }
-    const med = (side, f) => median(runs[side].map(f))
-    const rng = (xs) => `${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)}`
-    const paired = (f) => runs.off.map((o, i) => f(o) / f(runs.on[i]))
-    const row = { model: name, invariant: `${runs.off.every((x) => x.batchInvariant)}/${runs.on.every((x) => x.batchInvariant)}` }
-    row['gen t/s off'] = fmt(med('off', (x) => x.tps))
-    row['gen t/s on'] = fmt(med('on', (x) => x.tps))
-    row['gen off/on'] = `${times(median(paired((x) => x.tps)))} (${rng(paired((x) => x.tps))})`
-    row['prompt t/s off'] = fmt(med('off', (x) => x.prompt_tps))
-    row['prompt t/s on'] = fmt(med('on', (x) => x.prompt_tps))
-    row['prompt off/on'] = `${times(median(paired((x) => x.prompt_tps)))} (${rng(paired((x) => x.prompt_tps))})`
+    const { runs, med, ratio, invariant } = probePairs(join(models, name), { off: { GGML_CPU_TILED_MM: null }, on: { GGML_CPU_TILED_MM: '1' } })
+    const row = { model: name, invariant }
+    row['gen t/s off'] = med('off', tps)
+    row['gen t/s on'] = med('on', tps)
+    row['gen off/on'] = ratio(tps)
+    row['prompt t/s off'] = med('off', promptTps)
+    row['prompt t/s on'] = med('on', promptTps)
+    row['prompt off/on'] = ratio(promptTps)
     for (const n of [8, 16]) {
-      row[`t${n} off`] = fmt(med('off', (x) => x.batchCostMs[n]))
-      row[`t${n} on`] = fmt(med('on', (x) => x.batchCostMs[n]))
+      row[`t${n} off`] = med('off', (x) => x.batchCostMs[n])
+      row[`t${n} on`] = med('on', (x) => x.batchCostMs[n])
     }
     rows.push({ ...row, runs })
   }
@@ -529,46 +547,27 @@ if (sections.has('tiled')) {
   results.tiled = rows
 }
 
-// ---------------------------------------------------------------------------
-// prebuilt: the portable addon against the source build, each in processes
-// of its own (bench/probe.mjs; LLAMA_ENGINE_ADDON picks the prebuilt one),
-// alternating so the machine's drift hits both alike.
-
+// prebuilt: the portable addon against the source build
+// (LLAMA_ENGINE_ADDON picks the prebuilt one).
 if (sections.has('prebuilt')) {
   const since = Date.now()
   console.log(`\n## prebuilt: ${PREBUILT.slice(root.length + 1)} (CPU variant chosen at run time) vs the source build (target-cpu=native)`)
   if (!existsSync(PREBUILT)) {
     console.log('no prebuilt addon: run npm run prebuild first')
   } else {
-    const probe = join(root, 'bench', 'probe.mjs')
-    const prompt = NGRAM_PROMPTS[1][1].messages[0].content
-    const env = (side) => {
-      const e = { ...process.env }
-      if (side === 'prebuilt') e.LLAMA_ENGINE_ADDON = PREBUILT
-      else delete e.LLAMA_ENGINE_ADDON
-      return e
-    }
     const rows = []
     for (const name of ['SmolLM2-135M-Instruct.Q4_1.gguf', 'gemma-3-270m-q4_k_m.gguf']) {
-      const cfg = JSON.stringify({ model: join(models, name), threads: THREADS, tokens: N, prompt, context: CONTEXT })
-      const runs = { prebuilt: [], source: [] }
-      for (let r = 0; r < REPEATS; r++) {
-        const order = r % 2 ? ['source', 'prebuilt'] : ['prebuilt', 'source']
-        for (const side of order) runs[side].push(JSON.parse(execFileSync(process.execPath, [probe, cfg], { env: env(side) }).toString()))
-      }
-      const med = (side, f) => median(runs[side].map(f))
-      const rng = (xs) => `${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)}`
-      const paired = (f) => runs.prebuilt.map((o, i) => f(o) / f(runs.source[i]))
+      const { runs, med, ratio, invariant } = probePairs(join(models, name), { prebuilt: { LLAMA_ENGINE_ADDON: PREBUILT }, source: { LLAMA_ENGINE_ADDON: null } })
       rows.push({
         model: name,
         variant: runs.prebuilt[0].cpuBackend,
-        invariant: `${runs.prebuilt.every((x) => x.batchInvariant)}/${runs.source.every((x) => x.batchInvariant)}`,
-        'gen t/s prebuilt': fmt(med('prebuilt', (x) => x.tps)),
-        'gen t/s source': fmt(med('source', (x) => x.tps)),
-        'gen prebuilt/source': `${times(median(paired((x) => x.tps)))} (${rng(paired((x) => x.tps))})`,
-        'prompt t/s prebuilt': fmt(med('prebuilt', (x) => x.prompt_tps)),
-        'prompt t/s source': fmt(med('source', (x) => x.prompt_tps)),
-        'prompt prebuilt/source': `${times(median(paired((x) => x.prompt_tps)))} (${rng(paired((x) => x.prompt_tps))})`,
+        invariant,
+        'gen t/s prebuilt': med('prebuilt', tps),
+        'gen t/s source': med('source', tps),
+        'gen prebuilt/source': ratio(tps),
+        'prompt t/s prebuilt': med('prebuilt', promptTps),
+        'prompt t/s source': med('source', promptTps),
+        'prompt prebuilt/source': ratio(promptTps),
         runs,
       })
     }
