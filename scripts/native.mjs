@@ -1,24 +1,18 @@
 // Builds the native addon from source with cargo (release profile) and puts
-// it where binding.js looks for it. Shared by `npm install` and the test and
+// it where native-loader.js looks for it. Shared by `npm install` and the test and
 // demo entry points, so a fresh clone needs no other step.
 import { execFileSync, spawnSync } from 'node:child_process'
 import { copyFileSync, existsSync, readdirSync, renameSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import loader from '../native-loader.js'
+
+const { platformTriple } = loader
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 
-function platformSuffix() {
-  const { platform, arch } = process
-  if (platform === 'linux') {
-    const musl = !process.report?.getReport()?.header?.glibcVersionRuntime
-    return `linux-${arch}-${musl ? 'musl' : 'gnu'}`
-  }
-  if (platform === 'win32') return `win32-${arch}-msvc`
-  return `${platform}-${arch}`
-}
-
-export const addonFile = join(root, `llama-engine.${platformSuffix()}.node`)
+// The same name native-loader.js looks for.
+export const addonFile = join(root, `llama-engine.${platformTriple()}.node`)
 
 export function addonBuilt() {
   return existsSync(addonFile)
