@@ -1,5 +1,5 @@
-// Public types of llama-engine (CONTRACT.md §2–§4). The native layer's own
-// generated types are in binding.d.ts; this file is the surface users see.
+// Public types of llama-engine. The native layer's own generated types are
+// in binding.d.ts; this file is the surface users see.
 
 export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INTERNAL'
 
@@ -7,6 +7,28 @@ export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_
 export interface LlamaEngineError extends Error {
   code: ErrorCode
 }
+
+/** Every error code, as the addon lists them. */
+export declare const errorCodes: readonly ErrorCode[]
+
+/** One request field as the engine checks it. */
+export interface RequestField {
+  name: string
+  /** Its TypeScript type. */
+  type: string
+  kind: 'int' | 'float' | 'bool' | 'string' | 'choice' | 'object' | 'other'
+  min?: number
+  max?: number
+  choices?: string[]
+  /** The default (absent when there is none). */
+  default?: unknown
+  doc: string
+  /** For `kind: "object"`: its fields. */
+  fields?: RequestField[]
+}
+
+/** Every request field this version accepts (for tools that build requests: CLIs, servers). */
+export declare const requestFields: readonly RequestField[]
 
 export interface EngineOptions {
   modelPath: string
@@ -107,7 +129,7 @@ export interface CompletionRequest {
   /** -1 or absent = random. */
   seed?: number
   n_keep?: number
-  stop?: string[]
+  stop?: string | string[]
   ignore_eos?: boolean
   logit_bias?: Array<[number, number | false]> | Record<string, number | false>
   n_probs?: number
@@ -268,3 +290,11 @@ export declare function quantizeModel(
   output: string,
   ftype: 'Q2_K' | 'Q3_K_M' | 'Q4_0' | 'Q4_1' | 'Q4_K_M' | 'Q5_K_M' | 'Q6_K' | 'Q8_0' | 'F16' | 'F32',
 ): Promise<void>
+
+declare const llamaEngine: {
+  LlamaEngine: typeof LlamaEngine
+  quantizeModel: typeof quantizeModel
+  errorCodes: typeof errorCodes
+  requestFields: typeof requestFields
+}
+export default llamaEngine

@@ -1,7 +1,9 @@
 //! The N-API binding: converts between JavaScript and the engine, nothing
 //! more. Every type that crosses the boundary is defined here. Errors cross
-//! as `Error("<CODE>: <message>")`; `index.js` turns the prefix into `code`.
+//! as JavaScript `Error`s with their stable `code` set (`error`); requests,
+//! events and results cross as JSON (`sink`).
 
+mod error;
 mod sink;
 
 use std::sync::atomic::AtomicBool;
@@ -13,45 +15,69 @@ use napi_derive::napi;
 use serde_json::{json, Value};
 
 use crate::core::chat::parse_messages;
-use crate::core::error::EngineError;
-use crate::core::options::parse_engine_options;
+use crate::core::error::{EngineError, ErrorCode, Result as EngineResult};
+use crate::core::request::fields::request_fields_json;
+use crate::core::request::options::{parse_engine_options, EngineOptions};
 use crate::core::request::{parse_request_json, RequestLimits};
-use crate::engine::{Engine, Job};
+use crate::engine::{Engine, Job, Progress};
+use error::{js_error, or_throw};
 use sink::JsEventSink;
 
-fn js_err(e: EngineError) -> napi::Error {
-    napi::Error::from_reason(e.to_string())
-}
-
-fn parse_json(text: &str, what: &str) -> std::result::Result<Value, EngineError> {
+fn parse_json(text: &str, what: &str) -> EngineResult<Value> {
     serde_json::from_str(text).map_err(|e| EngineError::invalid(what, format!("not valid JSON ({e})")))
 }
 
-#[napi]
-pub struct NativeEngine {
-    engine: Arc<Engine>,
+/// Work done off the JS thread whose outcome is an engine result: the
+/// promise resolves with `JsValue` or rejects with the engine error (its
+/// `code` set).
+pub trait EngineTask: Send {
+    type Output: Send + 'static;
+    type JsValue: ToNapiValue + TypeName;
+    fn run(&mut self) -> EngineResult<Self::Output>;
+    fn to_js(&mut self, env: &Env, output: Self::Output) -> Result<Self::JsValue>;
 }
+
+/// The `Task` every `EngineTask` runs as.
+pub struct Off<T: EngineTask>(T);
+
+impl<T: EngineTask> Task for Off<T> {
+    type Output = EngineResult<T::Output>;
+    type JsValue = T::JsValue;
+
+    fn compute(&mut self) -> Result<Self::Output> {
+        Ok(self.0.run())
+    }
+
+    fn resolve(&mut self, env: Env, output: Self::Output) -> Result<T::JsValue> {
+        match output {
+            Ok(out) => self.0.to_js(&env, out),
+            Err(e) => Err(js_error(&env, e)),
+        }
+    }
+}
+
+type ProgressFn = ThreadsafeFunction<f64, (), f64, Status, false, false, 0>;
 
 pub struct LoadTask {
-    options: Option<crate::core::options::EngineOptions>,
-    progress: Option<ThreadsafeFunction<f64, (), f64, Status, false, false, 0>>,
+    options: Option<EngineOptions>,
+    progress: Option<ProgressFn>,
 }
 
-impl Task for LoadTask {
+impl EngineTask for LoadTask {
     type Output = Engine;
     type JsValue = NativeEngine;
 
-    fn compute(&mut self) -> Result<Engine> {
-        let options = self.options.take().ok_or_else(|| napi::Error::from_reason("INTERNAL: load ran twice"))?;
+    fn run(&mut self) -> EngineResult<Engine> {
+        let options = self.options.take().ok_or_else(|| EngineError::internal("load ran twice"))?;
         let progress = self.progress.take().map(|tsfn| {
             Box::new(move |f: f32| {
                 tsfn.call(f as f64, ThreadsafeFunctionCallMode::NonBlocking);
-            }) as Box<dyn FnMut(f32) + Send>
+            }) as Progress
         });
-        Engine::load(options, progress).map_err(js_err)
+        Engine::load(options, progress)
     }
 
-    fn resolve(&mut self, _env: Env, engine: Engine) -> Result<NativeEngine> {
+    fn to_js(&mut self, _env: &Env, engine: Engine) -> Result<NativeEngine> {
         Ok(NativeEngine { engine: Arc::new(engine) })
     }
 }
@@ -60,20 +86,65 @@ pub struct JoinTask {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Task for JoinTask {
+impl EngineTask for JoinTask {
     type Output = ();
     type JsValue = ();
 
-    fn compute(&mut self) -> Result<()> {
+    fn run(&mut self) -> EngineResult<()> {
         if let Some(t) = self.thread.take() {
-            t.join().map_err(|_| napi::Error::from_reason("INTERNAL: the engine thread panicked"))?;
+            t.join().map_err(|_| EngineError::internal("the engine thread panicked"))?;
         }
         Ok(())
     }
 
-    fn resolve(&mut self, _env: Env, _: ()) -> Result<()> {
+    fn to_js(&mut self, _env: &Env, _: ()) -> Result<()> {
         Ok(())
     }
+}
+
+pub struct SaveNgramTask {
+    engine: Arc<Engine>,
+    path: Option<String>,
+}
+
+impl EngineTask for SaveNgramTask {
+    type Output = usize;
+    type JsValue = u32;
+
+    fn run(&mut self) -> EngineResult<usize> {
+        if self.engine.is_closed() {
+            return Err(EngineError::disposed());
+        }
+        self.engine.save_ngram_cache(self.path.as_deref())
+    }
+
+    fn to_js(&mut self, _env: &Env, n: usize) -> Result<u32> {
+        Ok(n as u32)
+    }
+}
+
+pub struct QuantizeTask {
+    input: String,
+    output: String,
+    ftype: String,
+}
+
+impl EngineTask for QuantizeTask {
+    type Output = ();
+    type JsValue = ();
+
+    fn run(&mut self) -> EngineResult<()> {
+        crate::engine::model::quantize(&self.input, &self.output, &self.ftype)
+    }
+
+    fn to_js(&mut self, _env: &Env, _: ()) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[napi]
+pub struct NativeEngine {
+    engine: Arc<Engine>,
 }
 
 #[napi]
@@ -81,37 +152,36 @@ impl NativeEngine {
     /// Loads the model(s) on a new engine thread. `optionsJson` is the
     /// `EngineOptions` object without `onProgress`, as JSON.
     #[napi(ts_return_type = "Promise<NativeEngine>")]
-    pub fn load(options_json: String, on_progress: Option<Function<f64, ()>>) -> Result<AsyncTask<LoadTask>> {
-        let options = parse_json(&options_json, "options").and_then(|v| parse_engine_options(&v)).map_err(js_err)?;
+    pub fn load(env: &Env, options_json: String, on_progress: Option<Function<f64, ()>>) -> Result<AsyncTask<Off<LoadTask>>> {
+        let options = or_throw(env, parse_json(&options_json, "options").and_then(|v| parse_engine_options(&v)))?;
         let progress = match on_progress {
             Some(f) => Some(f.build_threadsafe_function().callee_handled::<false>().weak::<false>().build()?),
             None => None,
         };
-        Ok(AsyncTask::new(LoadTask { options: Some(options), progress }))
+        Ok(AsyncTask::new(Off(LoadTask { options: Some(options), progress })))
     }
 
     #[napi(catch_unwind)]
-    pub fn tokenize(&self, text: String, add_bos: bool, special: bool) -> Result<Vec<i32>> {
-        self.engine.tokenize(&text, add_bos, special).map_err(js_err)
+    pub fn tokenize(&self, env: &Env, text: String, add_bos: bool, special: bool) -> Result<Vec<i32>> {
+        or_throw(env, self.engine.tokenize(&text, add_bos, special))
     }
 
     #[napi(catch_unwind)]
-    pub fn detokenize(&self, tokens: Vec<i32>) -> Result<String> {
-        self.engine.detokenize(&tokens).map_err(js_err)
+    pub fn detokenize(&self, env: &Env, tokens: Vec<i32>) -> Result<String> {
+        or_throw(env, self.engine.detokenize(&tokens))
     }
 
     /// Validates and queues a request; returns its job id. Every event, then
-    /// exactly one `done` or `error`, arrives as JSON through `onEvent`.
-    #[napi(catch_unwind)]
-    pub fn submit(&self, request_json: String, on_event: Function<String, ()>) -> Result<f64> {
-        if self.engine.is_closed() {
-            return Err(js_err(EngineError::disposed()));
-        }
+    /// exactly one `done` event or an `Error`, arrives through `onEvent`.
+    #[napi(catch_unwind, ts_args_type = "requestJson: string, onEvent: (event: string | Error) => void")]
+    pub fn submit(&self, env: &Env, request_json: String, on_event: Function<'_, String, ()>) -> Result<f64> {
         let info = self.engine.info();
         let limits = RequestLimits { n_vocab: info.n_vocab, n_ctx: info.n_ctx };
-        let mut request = parse_request_json(&request_json, &limits).map_err(js_err)?;
-        self.engine.render_messages(&mut request).map_err(js_err)?;
-        let tsfn = on_event.build_threadsafe_function().callee_handled::<false>().weak::<false>().build()?;
+        let request =
+            or_throw(env, if self.engine.is_closed() { Err(EngineError::disposed()) } else { parse_request_json(&request_json, &limits) })?;
+        let mut request = request;
+        or_throw(env, self.engine.render_messages(&mut request))?;
+        let tsfn = JsEventSink::function(&on_event)?;
         let id = self.engine.next_job_id();
         self.engine.submit(Job { id, request, sink: Box::new(JsEventSink::new(tsfn)), cancel: Arc::new(AtomicBool::new(false)) });
         Ok(id as f64)
@@ -119,9 +189,9 @@ impl NativeEngine {
 
     /// Renders chat messages (JSON) with the engine's chat template.
     #[napi(catch_unwind)]
-    pub fn apply_chat_template(&self, messages_json: String, add_generation_prompt: bool) -> Result<String> {
-        let messages = parse_json(&messages_json, "messages").and_then(|v| parse_messages(&v, "messages")).map_err(js_err)?;
-        self.engine.apply_chat_template(&messages, add_generation_prompt).map_err(js_err)
+    pub fn apply_chat_template(&self, env: &Env, messages_json: String, add_generation_prompt: bool) -> Result<String> {
+        let messages = or_throw(env, parse_json(&messages_json, "messages").and_then(|v| parse_messages(&v, "messages")))?;
+        or_throw(env, self.engine.apply_chat_template(&messages, add_generation_prompt))
     }
 
     /// Aborts one request, queued or running.
@@ -130,7 +200,7 @@ impl NativeEngine {
         self.engine.abort(id as u64);
     }
 
-    /// Stops the request that is running now.
+    /// Stops every running request (queued ones then start).
     #[napi]
     pub fn cancel(&self) {
         self.engine.cancel_running();
@@ -171,54 +241,14 @@ impl NativeEngine {
     /// Writes the dynamic n-gram cache in llama.cpp's lookup format; resolves
     /// with the number of n-grams written.
     #[napi(ts_return_type = "Promise<number>")]
-    pub fn save_ngram_cache(&self, path: Option<String>) -> AsyncTask<SaveNgramTask> {
-        AsyncTask::new(SaveNgramTask { engine: self.engine.clone(), path })
+    pub fn save_ngram_cache(&self, path: Option<String>) -> AsyncTask<Off<SaveNgramTask>> {
+        AsyncTask::new(Off(SaveNgramTask { engine: self.engine.clone(), path }))
     }
 
     /// Stops the engine and frees the models; resolves when they are freed.
     #[napi(ts_return_type = "Promise<void>")]
-    pub fn dispose(&self) -> AsyncTask<JoinTask> {
-        AsyncTask::new(JoinTask { thread: self.engine.close() })
-    }
-}
-
-pub struct SaveNgramTask {
-    engine: Arc<Engine>,
-    path: Option<String>,
-}
-
-impl Task for SaveNgramTask {
-    type Output = usize;
-    type JsValue = u32;
-
-    fn compute(&mut self) -> Result<usize> {
-        if self.engine.is_closed() {
-            return Err(js_err(EngineError::disposed()));
-        }
-        self.engine.save_ngram_cache(self.path.as_deref()).map_err(js_err)
-    }
-
-    fn resolve(&mut self, _env: Env, n: usize) -> Result<u32> {
-        Ok(n as u32)
-    }
-}
-
-pub struct QuantizeTask {
-    input: String,
-    output: String,
-    ftype: String,
-}
-
-impl Task for QuantizeTask {
-    type Output = ();
-    type JsValue = ();
-
-    fn compute(&mut self) -> Result<()> {
-        crate::engine::model::quantize(&self.input, &self.output, &self.ftype).map_err(js_err)
-    }
-
-    fn resolve(&mut self, _env: Env, _: ()) -> Result<()> {
-        Ok(())
+    pub fn dispose(&self) -> AsyncTask<Off<JoinTask>> {
+        AsyncTask::new(Off(JoinTask { thread: self.engine.close() }))
     }
 }
 
@@ -226,6 +256,19 @@ impl Task for QuantizeTask {
 /// "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16" or "F32"). Used
 /// to make the test fixtures.
 #[napi(ts_return_type = "Promise<void>")]
-pub fn quantize_model(input: String, output: String, ftype: String) -> AsyncTask<QuantizeTask> {
-    AsyncTask::new(QuantizeTask { input, output, ftype })
+pub fn quantize_model(input: String, output: String, ftype: String) -> AsyncTask<Off<QuantizeTask>> {
+    AsyncTask::new(Off(QuantizeTask { input, output, ftype }))
+}
+
+/// The stable `code` of every error the engine raises.
+#[napi]
+pub fn error_codes() -> Vec<&'static str> {
+    ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
+}
+
+/// Every request field: name, TypeScript type, kind, range, default and a
+/// line of documentation (the one list the parser checks against).
+#[napi(ts_return_type = "Record<string, unknown>[]")]
+pub fn request_fields() -> Value {
+    request_fields_json()
 }

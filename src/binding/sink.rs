@@ -1,19 +1,37 @@
 //! The one wrapper around `ThreadsafeFunction` used to stream a request's
 //! events into JavaScript. Every event of a request, including the final
-//! `done` (or `error`), goes through the same function, so they reach JS in
-//! order and the JS side can settle the promise on the last one.
+//! `done` (or its error), goes through the same function, so they reach JS
+//! in order and the JS side can settle the promise on the last one.
 
+use napi::bindgen_prelude::{Function, JsValuesTupleIntoVec, ToNapiValue};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::Status;
+use napi::{sys, Status};
 use serde::Serialize;
 
+use super::error::JsEngineError;
 use crate::core::error::EngineError;
-use crate::core::events::{CompletionResult, EventSink, TokenEvent};
+use crate::core::text::events::{CompletionResult, EventSink, TokenEvent};
+
+/// What a request's callback receives: an event as JSON, or its error as a
+/// JavaScript `Error` with its `code`.
+pub enum Outgoing {
+    Event(String),
+    Error(EngineError),
+}
+
+impl ToNapiValue for Outgoing {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        match val {
+            Outgoing::Event(json) => unsafe { String::to_napi_value(env, json) },
+            Outgoing::Error(e) => unsafe { JsEngineError::to_napi_value(env, JsEngineError(e)) },
+        }
+    }
+}
 
 /// Strong (not weak): a pending request keeps the process alive, as a
 /// pending timer would. It is released when the request finishes, so an idle
 /// engine holds nothing open.
-pub type EventFn = ThreadsafeFunction<String, (), String, Status, false, false, 0>;
+pub type EventFn = ThreadsafeFunction<Outgoing, (), Outgoing, Status, false, false, 0>;
 
 pub struct JsEventSink {
     tsfn: EventFn,
@@ -26,8 +44,13 @@ impl JsEventSink {
         JsEventSink { tsfn, finished: false }
     }
 
-    fn send(&self, json: String) -> bool {
-        self.tsfn.call(json, ThreadsafeFunctionCallMode::NonBlocking) == Status::Ok
+    /// The threadsafe function a request's events go through.
+    pub fn function<A: JsValuesTupleIntoVec + 'static>(on_event: &Function<'_, A, ()>) -> napi::Result<EventFn> {
+        on_event.build_threadsafe_function::<Outgoing>().callee_handled::<false>().weak::<false>().build_callback(|ctx| Ok(ctx.value))
+    }
+
+    fn send(&self, out: Outgoing) -> bool {
+        self.tsfn.call(out, ThreadsafeFunctionCallMode::NonBlocking) == Status::Ok
     }
 }
 
@@ -38,19 +61,11 @@ struct Tagged<'a, T: Serialize> {
     body: &'a T,
 }
 
-#[derive(Serialize)]
-struct WireError<'a> {
-    code: &'a str,
-    message: &'a str,
-}
-
-pub fn to_json<T: Serialize>(kind: &'static str, body: &T) -> String {
-    serde_json::to_string(&Tagged { r#type: kind, body })
-        .unwrap_or_else(|e| format!(r#"{{"type":"error","code":"INTERNAL","message":"cannot serialise an event: {e}"}}"#))
-}
-
-pub fn error_json(e: &EngineError) -> String {
-    to_json("error", &WireError { code: e.code.as_str(), message: &e.message })
+fn to_json<T: Serialize>(kind: &'static str, body: &T) -> Outgoing {
+    match serde_json::to_string(&Tagged { r#type: kind, body }) {
+        Ok(json) => Outgoing::Event(json),
+        Err(e) => Outgoing::Error(EngineError::internal(format!("cannot serialise an event: {e}"))),
+    }
 }
 
 impl EventSink for JsEventSink {
@@ -59,12 +74,12 @@ impl EventSink for JsEventSink {
     }
 
     fn finish(mut self: Box<Self>, outcome: Result<CompletionResult, EngineError>) {
-        let json = match outcome {
+        let out = match outcome {
             Ok(result) => to_json("done", &result),
-            Err(e) => error_json(&e),
+            Err(e) => Outgoing::Error(e),
         };
         self.finished = true;
-        self.send(json);
+        self.send(out);
     }
 }
 
@@ -73,7 +88,7 @@ impl EventSink for JsEventSink {
 impl Drop for JsEventSink {
     fn drop(&mut self) {
         if !self.finished {
-            self.send(error_json(&EngineError::internal("the engine lost this request (see the other rejections for why)")));
+            self.send(Outgoing::Error(EngineError::internal("the engine lost this request (see the other rejections for why)")));
         }
     }
 }

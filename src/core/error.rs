@@ -13,6 +13,12 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in documentation order: the one list the binding exports
+    /// (`errorCodes()`) and `index.d.ts` and the README are checked against.
+    pub const ALL: [ErrorCode; 5] =
+        [ErrorCode::InvalidRequest, ErrorCode::ModelLoadFailed, ErrorCode::IncompatibleDraft, ErrorCode::Disposed, ErrorCode::Internal];
+
+    /// The wire name, set as `code` on the JavaScript `Error`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::InvalidRequest => "INVALID_REQUEST",
@@ -59,3 +65,17 @@ impl fmt::Display for EngineError {
 impl std::error::Error for EngineError {}
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_upper_snake_case() {
+        let names: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        for (i, n) in names.iter().enumerate() {
+            assert!(n.chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{n}");
+            assert!(!names[..i].contains(n), "{n} twice");
+        }
+    }
+}

@@ -1,21 +1,18 @@
 //! The decoding core: everything that can be reasoned about without N-API
 //! and, where possible, without a model. Tested with `cargo test`.
+//!
+//! - `request`: what callers send (requests, load options, grammars), parsed
+//!   and validated, and the one list of request fields;
+//! - `chat`: chat messages and their rendering with a Jinja template;
+//! - `sampling`: distributions and the per-position noise;
+//! - `speculation`: drafters, n-gram caches, pricing, the controller,
+//!   verification;
+//! - `text`: UTF-8 and stop strings, events and results;
+//! - `error`: the one error type and its stable codes.
 
 pub mod chat;
-pub mod controller;
-pub mod drafter;
 pub mod error;
-pub mod events;
-#[cfg(test)]
-mod fuzz;
-pub mod gbnf;
-pub mod invariance;
-pub mod ngram;
-pub mod options;
-pub mod prompt;
-pub mod random;
-pub mod replay;
 pub mod request;
-pub mod schedule;
+pub mod sampling;
+pub mod speculation;
 pub mod text;
-pub mod verify;

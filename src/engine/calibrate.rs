@@ -11,9 +11,9 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
-use crate::core::controller::BatchCost;
 use crate::core::error::{EngineError, Result};
-use crate::core::invariance::{InvarianceCheck, CHECK_SIZES};
+use crate::core::speculation::cost::BatchCost;
+use crate::core::speculation::invariance::{InvarianceCheck, CHECK_SIZES};
 
 /// Rows of each of two sequences in the mixed-sequence check.
 const MIXED_ROWS: usize = 16;

@@ -14,11 +14,11 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 
 use super::sampler::argmax;
-use crate::core::drafter::{Draft, Drafter, SpareBranches};
-use crate::core::events::TokenSource;
-use crate::core::prompt::common_prefix;
-use crate::core::random::PositionNoise;
-use crate::core::verify::Dist;
+use crate::core::request::prompt::common_prefix;
+use crate::core::sampling::noise::PositionNoise;
+use crate::core::sampling::Dist;
+use crate::core::speculation::drafter::{Draft, Drafter, SpareBranches};
+use crate::core::text::events::TokenSource;
 
 /// Candidates kept from the draft's distribution when sampling (a draft is a
 /// proposal: how it was chosen does not change what the target outputs).

@@ -14,7 +14,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::ggml_setup;
 use crate::core::chat::ChatTemplate;
 use crate::core::error::{EngineError, ErrorCode, Result};
-pub use crate::core::options::EngineOptions;
+pub use crate::core::request::options::EngineOptions;
 
 /// llama.cpp's backend initialises once per process; every engine shares it.
 /// The settings exactness needs (`ggml_setup`) are applied first, so they
@@ -197,7 +197,7 @@ pub fn quantize(input: &str, output: &str, ftype: &str) -> Result<()> {
         let mut params = sys::llama_model_quantize_default_params();
         params.ftype = ftype;
         params.allow_requantize = true;
-        params.nthread = crate::core::options::default_threads();
+        params.nthread = crate::core::request::options::default_threads();
         sys::llama_model_quantize(cin.as_ptr(), cout.as_ptr(), &params)
     };
     if rc != 0 {

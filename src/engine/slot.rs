@@ -1,24 +1,29 @@
 //! A slot: one KV stream of the target context (llama.cpp sequence `seq`),
 //! what it holds, and the request generating in it, if any. Everything a
-//! request owns lives in its `Request`: its sampler chain, drafters, text
-//! stream, counters and clock, so requests decoded side by side share
-//! nothing but the batch.
+//! request owns lives in its `Request`, behind methods: its sampler chain,
+//! drafters, text stream, counters and clock, so requests decoded side by
+//! side share nothing but the batch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
 use super::sampler::{TokenSampler, DEAD_END};
-use super::Job;
-use crate::core::drafter::DrafterChain;
-use crate::core::events::{CompletionResult, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource};
+use super::shared::Job;
+use crate::core::error::EngineError;
 use crate::core::request::CompletionRequest;
-use crate::core::text::TextStream;
-use crate::core::verify::Dist;
+use crate::core::sampling::Dist;
+use crate::core::speculation::controller::DraftController;
+use crate::core::speculation::cost::DraftPrices;
+use crate::core::speculation::drafter::{Draft, DrafterChain};
+use crate::core::speculation::verify::verify_draft;
+use crate::core::text::events::{CompletionResult, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource};
+use crate::core::text::stream::TextStream;
 
 pub struct Slot<'m> {
     /// The llama.cpp sequence (and KV stream) of this slot.
@@ -36,11 +41,36 @@ impl Slot<'_> {
     pub fn is_free(&self) -> bool {
         self.request.is_none()
     }
+
+    pub fn is_prefilling(&self) -> bool {
+        self.request.as_ref().is_some_and(|r| r.phase == Phase::Prefill)
+    }
+
+    /// The token a generating request decodes next; `None` when the slot is
+    /// free or still evaluating its prompt.
+    pub fn pending(&self) -> Option<LlamaToken> {
+        match self.request.as_ref()?.phase {
+            Phase::Generate { pending } => Some(pending),
+            Phase::Prefill => None,
+        }
+    }
+
+    pub fn is_generating(&self) -> bool {
+        self.pending().is_some()
+    }
+
+    /// The history a drafter continues: what the cache holds, then the
+    /// pending token.
+    pub fn history(&self) -> Vec<i32> {
+        let mut history: Vec<i32> = self.cached.iter().map(|t| t.0).collect();
+        history.extend(self.pending().map(|t| t.0));
+        history
+    }
 }
 
 /// Where a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+enum Phase {
     /// Its prompt is being evaluated (the slot's cache holds a prefix of it).
     Prefill,
     /// Generating; `pending` is the last token produced, not yet decoded.
@@ -60,56 +90,60 @@ pub enum Stop {
 /// chosen from (when the request wants probabilities).
 pub type StepToken = (LlamaToken, TokenSource, Option<Dist>);
 
-pub struct Request<'m> {
-    pub id: u64,
-    pub req: CompletionRequest,
-    pub sink: Box<dyn EventSink>,
-    pub cancel: Arc<AtomicBool>,
-    pub sampler: TokenSampler,
-    pub chain: DrafterChain<'m>,
-    pub text: TextStream,
-    pub phase: Phase,
-    /// The prompt as evaluated (after truncation), its length as given, the
-    /// tokens kept on a shift, and the prefix found in the slot's cache.
-    pub prompt: Vec<LlamaToken>,
-    pub n_prompt: usize,
+/// A request's prompt as it will be evaluated.
+pub struct PromptTokens {
+    /// After truncation to the context.
+    pub tokens: Vec<LlamaToken>,
+    /// Its length as given.
+    pub n_given: usize,
+    /// Tokens kept on a context shift.
     pub n_keep: usize,
     pub truncated: bool,
-    pub tokens_cached: usize,
-    pub n_gen: usize,
-    pub passes: usize,
-    pub probs_out: Vec<Value>,
-    pub started: Instant,
-    pub prompt_ms: f64,
+}
+
+/// What a finished request leaves behind for the next one: the draft
+/// model's controller, under the key of the settings it learnt with.
+pub type KeptController = ((usize, bool, bool), DraftController);
+
+pub struct Request<'m> {
+    id: u64,
+    req: CompletionRequest,
+    sink: Box<dyn EventSink>,
+    cancel: Arc<AtomicBool>,
+    sampler: TokenSampler,
+    chain: DrafterChain<'m>,
+    text: TextStream,
+    phase: Phase,
+    prompt: PromptTokens,
+    /// Prompt tokens found in the slot's cache.
+    tokens_cached: usize,
+    n_gen: usize,
+    passes: usize,
+    probs_out: Vec<Value>,
+    started: Instant,
+    prompt_ms: f64,
     /// When generation began (the prompt was done).
-    pub generating_since: Option<Instant>,
+    generating_since: Option<Instant>,
 }
 
 impl<'m> Request<'m> {
-    pub fn from_job(
-        job: Job,
-        sampler: TokenSampler,
-        chain: DrafterChain<'m>,
-        prompt: Vec<LlamaToken>,
-        n_prompt: usize,
-        n_keep: usize,
-        truncated: bool,
-    ) -> Self {
-        let text = TextStream::new(job.request.stop.clone());
+    /// A request starting in a slot whose cache holds the first
+    /// `tokens_cached` tokens of its prompt.
+    pub fn new(job: Job, mut sampler: TokenSampler, mut chain: DrafterChain<'m>, prompt: PromptTokens, tokens_cached: usize) -> Self {
+        sampler.accept_prompt(&prompt.tokens);
+        let ids: Vec<i32> = prompt.tokens.iter().map(|t| t.0).collect();
+        chain.begin(&ids);
         Request {
             id: job.id,
+            text: TextStream::new(job.request.stop.clone()),
             req: job.request,
             sink: job.sink,
             cancel: job.cancel,
             sampler,
             chain,
-            text,
             phase: Phase::Prefill,
             prompt,
-            n_prompt,
-            n_keep,
-            truncated,
-            tokens_cached: 0,
+            tokens_cached,
             n_gen: 0,
             passes: 0,
             probs_out: Vec::new(),
@@ -119,12 +153,39 @@ impl<'m> Request<'m> {
         }
     }
 
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    pub fn prompt(&self) -> &[LlamaToken] {
+        &self.prompt.tokens
+    }
+
+    pub fn n_keep(&self) -> usize {
+        self.prompt.n_keep
+    }
+
     pub fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
 
+    /// With `n_predict = -1` generation ends when the context is full; with
+    /// a budget the context is shifted and generation goes on.
+    pub fn ends_at_full_context(&self) -> bool {
+        self.req.n_predict < 0
+    }
+
+    /// The context was shifted under this request.
+    pub fn mark_truncated(&mut self) {
+        self.prompt.truncated = true;
+    }
+
     /// Tokens still allowed by `n_predict` (unbounded with -1).
-    pub fn budget(&self) -> usize {
+    fn budget(&self) -> usize {
         if self.req.n_predict < 0 {
             usize::MAX
         } else {
@@ -132,20 +193,101 @@ impl<'m> Request<'m> {
         }
     }
 
-    pub fn wants_dist(&self) -> bool {
+    fn wants_dist(&self) -> bool {
         self.req.n_probs > 0
     }
 
     /// Whether `token` ends generation (end of generation unless ignored,
     /// or a grammar that allows nothing more).
-    pub fn ends(&self, model: &LlamaModel, token: LlamaToken) -> bool {
+    fn ends(&self, model: &LlamaModel, token: LlamaToken) -> bool {
         token == DEAD_END || (model.vocab().is_eog(token) && !self.req.ignore_eos)
     }
 
-    /// The prompt is evaluated: generation starts.
-    pub fn prompt_done(&mut self) {
+    // ------------------------------------------------------------ drafting
+
+    /// The most tokens this request may draft in a step, with `free_cells`
+    /// cells left in its cache and `batch_room` rows left in the batch.
+    pub fn draft_room(&self, free_cells: usize, batch_room: usize) -> usize {
+        if self.chain.is_empty() || !matches!(self.phase, Phase::Generate { .. }) {
+            return 0;
+        }
+        // Cells kept after the pending token and the next one. With
+        // n_predict = -1 one more is held back: plain decoding stops when
+        // the cache reaches n_ctx - 2, and a step that filled the room would
+        // end one token later than it.
+        let reserve = if self.req.n_predict < 0 { 3 } else { 2 };
+        self.req.speculative.n_max.min(free_cells.saturating_sub(reserve)).min(batch_room).min(self.budget().saturating_sub(1))
+    }
+
+    /// A draft to verify this step, at most `available` tokens, priced by `prices`.
+    pub fn propose(&mut self, history: &[i32], available: usize, prices: &DraftPrices) -> Option<Draft> {
+        self.chain.propose(history, self.n_gen, available, prices)
+    }
+
+    /// The step's joint trim kept the first `n` tokens of this step's draft.
+    pub fn trim_draft(&mut self, n: usize) {
+        self.chain.trim(n);
+    }
+
+    // ------------------------------------------------------------ after a decode
+
+    /// The prompt's last chunk was decoded; its last row (`row`) gives the
+    /// first token. Returns it, or why the request ends before it.
+    pub fn first_token(&mut self, ctx: &LlamaContext, row: usize) -> Result<StepToken, Stop> {
         self.prompt_ms = ms(self.started);
         self.generating_since = Some(Instant::now());
+        // Aborted while its prompt was evaluated, or asked for no tokens: it
+        // ends before its first token.
+        if self.cancelled() {
+            return Err(Stop::Abort);
+        }
+        if self.budget() == 0 {
+            return Err(Stop::Limit);
+        }
+        let (token, dist) = self.sampler.sample(ctx, row as i32, self.wants_dist(), 0);
+        self.sampler.accept(token);
+        Ok((token, TokenSource::Target, dist))
+    }
+
+    /// Verifies a generating request's step (`core::speculation::verify`):
+    /// at each row from `first_row` the target chooses the token plain
+    /// decoding would choose at that position — its sampler chain sees only
+    /// what was accepted before it (penalties, grammar) — and a draft is
+    /// accepted while it is that choice. `alone_ms` is the step's wall time
+    /// when this request decoded alone. Returns the number of drafts
+    /// accepted and the tokens the step produced.
+    pub fn verify(
+        &mut self,
+        model: &LlamaModel,
+        ctx: &LlamaContext,
+        first_row: usize,
+        draft: Option<&Draft>,
+        alone_ms: Option<f64>,
+    ) -> (usize, Vec<StepToken>) {
+        self.passes += 1;
+        let want = self.wants_dist();
+        let (position, budget) = (self.n_gen, self.budget());
+        let ignore_eos = self.req.ignore_eos;
+        let ends = |t: i32| t == DEAD_END.0 || (!ignore_eos && model.vocab().is_eog(LlamaToken(t)));
+        let drafted: &[i32] = draft.map_or(&[], |d| &d.tokens);
+        let sampler = &mut self.sampler;
+        let (n_ok, tokens) = verify_draft(drafted, budget, ends, |i| {
+            let (token, dist) = sampler.sample(ctx, (first_row + i) as i32, want, position + i);
+            sampler.accept(token);
+            (token.0, dist)
+        });
+        if draft.is_some() {
+            self.chain.judged(n_ok);
+        }
+        let source = draft.map_or(TokenSource::Target, |d| d.source);
+        let tokens: Vec<StepToken> = tokens
+            .into_iter()
+            .map(|(t, from_draft, dist)| (LlamaToken(t), if from_draft { source } else { TokenSource::Target }, dist))
+            .collect();
+        if let Some(ms) = alone_ms {
+            self.chain.observe_step(tokens.len(), ms);
+        }
+        (n_ok, tokens)
     }
 
     /// Streams this step's tokens as one event, stopping at the first end
@@ -190,8 +332,7 @@ impl<'m> Request<'m> {
                 break;
             }
         }
-        // With n_predict = -1 generation ends when the context is full.
-        if stop.is_none() && self.req.n_predict < 0 && cached_after + 2 >= n_ctx {
+        if stop.is_none() && self.ends_at_full_context() && cached_after + 2 >= n_ctx {
             stop = Some(Stop::Limit);
         }
         if stop.is_some() {
@@ -205,10 +346,14 @@ impl<'m> Request<'m> {
         stop
     }
 
-    /// The final result, after anything still held back (a partial stop
-    /// prefix, an incomplete character) was released when generation ended
-    /// for a reason that does not flush it.
-    pub fn result(&mut self, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> CompletionResult {
+    // ------------------------------------------------------------ the end
+
+    /// Ends the request: anything still held back (a partial stop prefix,
+    /// an incomplete character) is released when generation ended for a
+    /// reason that does not flush it, the result goes to the sink after the
+    /// last event. Returns the draft model's controller, to keep for the
+    /// next request with the same settings.
+    pub fn finish(mut self: Box<Self>, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> Option<KeptController> {
         if matches!(stop, Stop::Abort) || (stop == Stop::Limit && self.text.held_bytes() > 0) {
             let rest = self.text.finish();
             if !rest.is_empty() {
@@ -216,6 +361,21 @@ impl<'m> Request<'m> {
             }
         }
         self.chain.end();
+        let result = self.result(stop, model_name, n_ctx, batch_invariant);
+        let spec = &self.req.speculative;
+        let key = (spec.n_max, spec.adaptive, self.sampler.is_greedy());
+        let kept = self.chain.take_controller("draft").map(|ctl| (key, ctl));
+        self.sink.finish(Ok(result));
+        kept
+    }
+
+    /// Ends the request with an error.
+    pub fn fail(mut self: Box<Self>, e: &EngineError) {
+        self.chain.end();
+        self.sink.finish(Err(e.clone()));
+    }
+
+    fn result(&mut self, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> CompletionResult {
         let mut stats = SpeculativeStats {
             mode: self.req.speculative.mode.as_str().into(),
             target_passes: self.passes,
@@ -238,16 +398,16 @@ impl<'m> Request<'m> {
             stop: true,
             model: model_name.to_string(),
             tokens_predicted: self.n_gen,
-            tokens_evaluated: self.n_prompt,
+            tokens_evaluated: self.prompt.n_given,
             tokens_cached: self.tokens_cached,
-            truncated: self.truncated,
+            truncated: self.prompt.truncated,
             stopped_eos: stop == Stop::Eos,
             stopped_word: stop == Stop::Word,
             stopped_limit: stop == Stop::Limit,
             stopped_abort: stop == Stop::Abort,
             stopping_word: self.text.stopped().unwrap_or_default().to_string(),
             generation_settings: self.req.generation_settings(n_ctx, model_name),
-            timings: Timings::new(self.prompt.len().saturating_sub(self.tokens_cached), prompt_ms, self.n_gen, predicted_ms),
+            timings: Timings::new(self.prompt.tokens.len().saturating_sub(self.tokens_cached), prompt_ms, self.n_gen, predicted_ms),
             speculative: stats,
             completion_probabilities: self.wants_dist().then(|| std::mem::take(&mut self.probs_out)),
         }

@@ -1,4 +1,4 @@
-//! Property tests of request parsing and validation (issue 6, item 1).
+//! Property tests of request parsing and validation.
 //!
 //! Thousands of generated requests — valid field names with hostile values,
 //! random JSON, random text — go through `parse_request` and
@@ -11,39 +11,15 @@ use proptest::test_runner::Config;
 use serde_json::{json, Map, Number, Value};
 
 use crate::core::error::ErrorCode;
+use crate::core::request::fields::{Field, REQUEST_FIELDS, SPECULATIVE_FIELDS};
 use crate::core::request::{parse_request, parse_request_json, CompletionRequest, PromptPart, RequestLimits};
 
 const LIMITS: RequestLimits = RequestLimits { n_vocab: 49_152, n_ctx: 2048 };
 
-const FIELDS: &[&str] = &[
-    "prompt",
-    "messages",
-    "n_predict",
-    "n_keep",
-    "stop",
-    "n_probs",
-    "grammar",
-    "json_schema",
-    "cache_prompt",
-    "ignore_eos",
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "repeat_last_n",
-    "repeat_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "mirostat",
-    "mirostat_tau",
-    "mirostat_eta",
-    "seed",
-    "logit_bias",
-    "speculative",
-];
-
-const SPEC_FIELDS: &[&str] = &["mode", "n_max", "n_min", "p_min", "adaptive", "n_parallel", "p_split"];
+/// Every field name, from the one list of them.
+fn names(fields: &'static [Field]) -> Vec<&'static str> {
+    fields.iter().map(|f| f.name).collect()
+}
 
 /// Numbers a careless parser gets wrong: boundaries of i32/u32/i64, huge and
 /// tiny floats, negative zero, fractions where integers are expected.
@@ -115,8 +91,8 @@ fn any_json() -> impl Strategy<Value = Value> {
 
 fn hostile_key() -> impl Strategy<Value = String> {
     prop_oneof![
-        prop::sample::select(FIELDS).prop_map(str::to_owned),
-        prop::sample::select(SPEC_FIELDS).prop_map(str::to_owned),
+        prop::sample::select(names(REQUEST_FIELDS)).prop_map(str::to_owned),
+        prop::sample::select(names(SPECULATIVE_FIELDS)).prop_map(str::to_owned),
         "[0-9]{1,6}",
         ".{0,8}",
     ]
@@ -162,16 +138,18 @@ fn plausible(field: &'static str) -> BoxedStrategy<Value> {
             prop::collection::vec(("-?[0-9]{1,12}", hostile_number()), 0..10).prop_map(|kv| Value::Object(kv.into_iter().collect())),
         ]
         .boxed(),
-        "speculative" => prop::collection::vec((prop::sample::select(SPEC_FIELDS), prop_oneof![hostile_number(), any_json()]), 0..7)
-            .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
-            .boxed(),
+        "speculative" => {
+            prop::collection::vec((prop::sample::select(names(SPECULATIVE_FIELDS)), prop_oneof![hostile_number(), any_json()]), 0..7)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+                .boxed()
+        }
         "grammar" | "json_schema" => prop_oneof![hostile_string().prop_map(Value::String), any_json()].boxed(),
         _ => prop_oneof![3 => hostile_number(), 1 => any_json()].boxed(),
     }
 }
 
 fn request() -> impl Strategy<Value = Value> {
-    prop::collection::vec(prop::sample::select(FIELDS).prop_flat_map(|f| (Just(f), plausible(f))), 0..12)
+    prop::collection::vec(prop::sample::select(names(REQUEST_FIELDS)).prop_flat_map(|f| (Just(f), plausible(f))), 0..12)
         .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
 }
 
@@ -248,7 +226,7 @@ fn check(value: &Value) -> Result<(), TestCaseError> {
             // "speculative.n_max", …) so a client can tell what was wrong.
             let field = e.message.split(':').next().unwrap_or_default();
             let root = field.split(['.', '[']).next().unwrap_or_default();
-            prop_assert!(root == "request" || FIELDS.contains(&root), "error does not name a field: {}", e.message);
+            prop_assert!(root == "request" || names(REQUEST_FIELDS).contains(&root), "error does not name a field: {}", e.message);
         }
     }
     // The JSON text form of an object parses to the same verdict.

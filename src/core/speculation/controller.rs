@@ -14,7 +14,7 @@
 //! per millisecond without them — so the same draft that pays alone is left
 //! out when the batch is already large.
 
-use super::schedule::StepPrice;
+use super::cost::StepPrice;
 
 /// Decay of the running estimates: about the last 30 observations matter.
 const DECAY: f64 = 0.97;
@@ -28,64 +28,6 @@ const PROBE_MIN: usize = 4;
 const PROBE_MAX: usize = 128;
 /// Steps a one-time setup cost (a draft model's catch-up) is amortised over.
 pub const SETUP_HORIZON: f64 = 16.0;
-
-/// The target's cost to decode a batch of n tokens, n = 1..=max.
-#[derive(Debug, Clone)]
-pub struct BatchCost {
-    ms: Vec<Option<f64>>,
-}
-
-impl BatchCost {
-    pub fn new(max: usize) -> Self {
-        BatchCost { ms: vec![None; max + 1] }
-    }
-
-    pub fn max(&self) -> usize {
-        self.ms.len() - 1
-    }
-
-    /// Records a measured decode of `n` tokens.
-    pub fn observe(&mut self, n: usize, ms: f64) {
-        if n == 0 || n > self.max() || !ms.is_finite() || ms <= 0.0 {
-            return;
-        }
-        let slot = &mut self.ms[n];
-        *slot = Some(match *slot {
-            None => ms,
-            Some(old) => old * 0.8 + ms * 0.2,
-        });
-    }
-
-    pub fn measured(&self, n: usize) -> Option<f64> {
-        self.ms.get(n).copied().flatten()
-    }
-
-    /// Estimated cost of a batch of `n`: measured if we have it, otherwise
-    /// interpolated between the nearest measured sizes (or extrapolated from
-    /// the last two), never decreasing with n.
-    pub fn estimate(&self, n: usize) -> Option<f64> {
-        let n = n.clamp(1, self.max());
-        if let Some(v) = self.ms[n] {
-            return Some(v);
-        }
-        let known: Vec<(usize, f64)> = self.ms.iter().enumerate().filter_map(|(i, m)| m.map(|v| (i, v))).collect();
-        match known.len() {
-            0 => None,
-            1 => Some(known[0].1 * n as f64 / known[0].0 as f64),
-            _ => {
-                let below = known.iter().rev().find(|(i, _)| *i < n);
-                let above = known.iter().find(|(i, _)| *i > n);
-                let ((i0, v0), (i1, v1)) = match (below, above) {
-                    (Some(&b), Some(&a)) => (b, a),
-                    (None, _) => (known[0], known[1]),
-                    (Some(_), None) => (known[known.len() - 2], known[known.len() - 1]),
-                };
-                let slope = ((v1 - v0) / (i1 as f64 - i0 as f64)).max(0.0);
-                Some((v0 + slope * (n as f64 - i0 as f64)).max(known[0].1.min(v0)))
-            }
-        }
-    }
-}
 
 /// Running estimate for one drafter.
 #[derive(Debug, Clone)]
@@ -466,6 +408,7 @@ impl DraftController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::speculation::cost::BatchCost;
 
     /// The price of a request alone, for every length the table knows.
     fn alone(c: &BatchCost) -> Option<StepPrice> {
@@ -479,17 +422,6 @@ mod tests {
             c.observe(n, ms);
         }
         c
-    }
-
-    #[test]
-    fn batch_cost_interpolates_and_extrapolates() {
-        let c = cpu_costs();
-        assert_eq!(c.estimate(2), Some(14.5));
-        let t3 = c.estimate(3).unwrap();
-        assert!(t3 > 14.5 && t3 < 21.0);
-        let t17 = c.estimate(17).unwrap();
-        assert!(t17 >= 62.0);
-        assert!(BatchCost::new(8).estimate(3).is_none());
     }
 
     #[test]

@@ -1,5 +1,8 @@
-//! What one decoding step of several requests costs, and what adding tokens
-//! to it costs: the price the draft controller weighs drafts against.
+//! What decoding costs: the one owner of the batch-cost arithmetic. The
+//! target's measured cost per batch size (`BatchCost`), what one step of
+//! several requests costs, and what adding drafted tokens to it costs
+//! (`StepPrice`, `DraftPrices`): the price the draft controller weighs
+//! drafts against and the scheduler trims them by.
 //!
 //! Each request (slot) decodes in its own llama.cpp sequence, and the engine's
 //! context keeps one KV stream per sequence (not a unified cache), so a
@@ -12,7 +15,63 @@
 //! `cost(step + k) - cost(step)` — small when they ride along with others,
 //! a whole extra micro-batch when they do not.
 
-use super::controller::BatchCost;
+/// The target's cost to decode a batch of n tokens, n = 1..=max.
+#[derive(Debug, Clone)]
+pub struct BatchCost {
+    ms: Vec<Option<f64>>,
+}
+
+impl BatchCost {
+    pub fn new(max: usize) -> Self {
+        BatchCost { ms: vec![None; max + 1] }
+    }
+
+    pub fn max(&self) -> usize {
+        self.ms.len() - 1
+    }
+
+    /// Records a measured decode of `n` tokens.
+    pub fn observe(&mut self, n: usize, ms: f64) {
+        if n == 0 || n > self.max() || !ms.is_finite() || ms <= 0.0 {
+            return;
+        }
+        let slot = &mut self.ms[n];
+        *slot = Some(match *slot {
+            None => ms,
+            Some(old) => old * 0.8 + ms * 0.2,
+        });
+    }
+
+    pub fn measured(&self, n: usize) -> Option<f64> {
+        self.ms.get(n).copied().flatten()
+    }
+
+    /// Estimated cost of a batch of `n`: measured if we have it, otherwise
+    /// interpolated between the nearest measured sizes (or extrapolated from
+    /// the last two), never decreasing with n.
+    pub fn estimate(&self, n: usize) -> Option<f64> {
+        let n = n.clamp(1, self.max());
+        if let Some(v) = self.ms[n] {
+            return Some(v);
+        }
+        let known: Vec<(usize, f64)> = self.ms.iter().enumerate().filter_map(|(i, m)| m.map(|v| (i, v))).collect();
+        match known.len() {
+            0 => None,
+            1 => Some(known[0].1 * n as f64 / known[0].0 as f64),
+            _ => {
+                let below = known.iter().rev().find(|(i, _)| *i < n);
+                let above = known.iter().find(|(i, _)| *i > n);
+                let ((i0, v0), (i1, v1)) = match (below, above) {
+                    (Some(&b), Some(&a)) => (b, a),
+                    (None, _) => (known[0], known[1]),
+                    (Some(_), None) => (known[known.len() - 2], known[known.len() - 1]),
+                };
+                let slope = ((v1 - v0) / (i1 as f64 - i0 as f64)).max(0.0);
+                Some((v0 + slope * (n as f64 - i0 as f64)).max(known[0].1.min(v0)))
+            }
+        }
+    }
+}
 
 /// Tokens one sequence puts into a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,92 +216,25 @@ impl StepPrice {
     }
 }
 
-/// The least gain in expected tokens per ms for which a step beside other
-/// requests verifies drafts at all (see [`trim`]).
-pub const LOAD_MARGIN: f64 = 0.05;
-
-/// A draft planned for a step that may be shortened: its request's
-/// sequence and the expected tokens of the step for each length it could
-/// keep (`expected[j]` for the first j tokens; `expected[0]` is 1, the
-/// token the target always adds).
-#[derive(Debug, Clone)]
-pub struct Trimmable<'a> {
-    pub seq: i32,
-    pub expected: &'a [f64],
+/// What drafting costs in the step being planned, for one request.
+#[derive(Debug, Clone, Default)]
+pub struct DraftPrices {
+    /// For drafts that cost nothing to make (a lookup): this request's
+    /// share of a step where every generating request drafts as much
+    /// (`StepPrice::shared`). Optimistic on purpose: the step's joint trim
+    /// (`schedule::trim`) then shortens what does not pay together.
+    pub lookup: Option<StepPrice>,
+    /// For drafts that take time to make (a draft model): what they add to
+    /// the step as planned so far (`StepPrice::in_step`), so no time is
+    /// spent on drafts the trim would drop.
+    pub made: Option<StepPrice>,
 }
 
-/// How much of each draft in a step to verify: the lengths (each at most
-/// what was drafted) that give the step the most expected tokens per ms.
-/// `fixed` are the step's parts that stay as they are (prompt chunks,
-/// requests decoding without a draft or with a fixed one), which yield
-/// `fixed_tokens`. The drafts are already made: only verifying them costs.
-///
-/// Drafts were planned one request at a time; together they may split a
-/// batch into more micro-batches than any one of them expected (a draft
-/// beside requests without one is a micro-batch of its own). A common cap
-/// for all drafts is tried first (equal lengths keep the micro-batches
-/// whole), then each draft's length with the others held. Drafts that
-/// promise the step less than [`LOAD_MARGIN`] more are all dropped: beside
-/// other requests a batch is near the CPU's throughput, and a draft's
-/// estimated acceptance is not sure enough to gamble a slower step on.
-pub fn trim(fixed: &[Part], fixed_tokens: f64, drafts: &[Trimmable], n_stream: usize, n_ubatch: usize, costs: &BatchCost) -> Vec<usize> {
-    let mut ks: Vec<usize> = drafts.iter().map(|d| d.expected.len().saturating_sub(1)).collect();
-    let rate = |ks: &[usize]| -> Option<f64> {
-        let mut parts: Vec<Part> = fixed.to_vec();
-        parts.extend(drafts.iter().zip(ks).map(|(d, &k)| Part { seq: d.seq, tokens: 1 + k }));
-        parts.sort_by_key(|p| p.seq);
-        let ms = step_ms(&parts, n_stream, n_ubatch, costs)?;
-        let tokens = fixed_tokens + drafts.iter().zip(ks).map(|(d, &k)| d.expected.get(k).copied().unwrap_or(1.0)).sum::<f64>();
-        (ms > 0.0).then_some(tokens / ms)
-    };
-    let Some(mut best) = rate(&ks) else { return ks };
-    let none = vec![0; ks.len()];
-    let Some(plain) = rate(&none) else { return ks };
-    // Strictly better only, so ties keep the longer drafts.
-    let better = |r: f64, best: f64| r > best * (1.0 + 1e-9);
-    let longest = ks.iter().copied().max().unwrap_or(0);
-    let mut capped = ks.clone();
-    for cap in 0..longest {
-        let trial: Vec<usize> = ks.iter().map(|&k| k.min(cap)).collect();
-        if let Some(r) = rate(&trial) {
-            if better(r, best) {
-                best = r;
-                capped = trial;
-            }
-        }
+impl DraftPrices {
+    /// The same price for both kinds (a request alone).
+    pub fn both(price: Option<StepPrice>) -> Self {
+        DraftPrices { lookup: price.clone(), made: price }
     }
-    ks = capped;
-    for _ in 0..4 {
-        let mut changed = false;
-        for i in 0..ks.len() {
-            for k in 0..ks[i] {
-                let mut trial = ks.clone();
-                trial[i] = k;
-                if let Some(r) = rate(&trial) {
-                    if better(r, best) {
-                        best = r;
-                        ks = trial;
-                        changed = true;
-                    }
-                }
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    if best < plain * (1.0 + LOAD_MARGIN) {
-        return none;
-    }
-    ks
-}
-
-/// How many prompt tokens a request being prefilled may evaluate this step:
-/// all it has left (up to the batch) when nobody else is generating, else a
-/// chunk, so the requests that stream wait at most one chunk between tokens.
-pub fn prefill_chunk(left: usize, others_generating: bool, room: usize, chunk: usize) -> usize {
-    let cap = if others_generating { chunk.min(room) } else { room };
-    left.min(cap)
 }
 
 #[cfg(test)]
@@ -259,6 +251,26 @@ mod tests {
             c.observe(n, ms);
         }
         c
+    }
+
+    /// The batch costs measured on the 2-core reference machine (NOTES.md).
+    fn cpu_costs() -> BatchCost {
+        let mut c = BatchCost::new(17);
+        for (n, ms) in [(1, 7.9), (2, 14.5), (4, 21.0), (8, 33.5), (16, 62.0)] {
+            c.observe(n, ms);
+        }
+        c
+    }
+
+    #[test]
+    fn batch_cost_interpolates_and_extrapolates() {
+        let c = cpu_costs();
+        assert_eq!(c.estimate(2), Some(14.5));
+        let t3 = c.estimate(3).unwrap();
+        assert!(t3 > 14.5 && t3 < 21.0);
+        let t17 = c.estimate(17).unwrap();
+        assert!(t17 >= 62.0);
+        assert!(BatchCost::new(8).estimate(3).is_none());
     }
 
     #[test]
@@ -324,74 +336,5 @@ mod tests {
         // Cheaper per request than drafting alone beside one that does not.
         let marginal = StepPrice::in_step(&[p(1, 1)], 2, 0, 8, 4, 512, &c).unwrap();
         assert!(price.extra_ms[3] < marginal.extra_ms[3]);
-    }
-
-    /// Expected tokens for a draft of `n` whose tokens are each accepted
-    /// with chance `a` (given the ones before).
-    fn curve(n: usize, a: f64) -> Vec<f64> {
-        let (mut run, mut total) = (1.0, 1.0);
-        let mut out = vec![1.0];
-        for _ in 0..n {
-            run *= a;
-            total += run;
-            out.push(total);
-        }
-        out
-    }
-
-    #[test]
-    fn trim_keeps_drafts_that_fill_the_micro_batch_together() {
-        let c = costs();
-        let (a, b) = (curve(3, 0.9), curve(3, 0.9));
-        let drafts = [Trimmable { seq: 0, expected: &a }, Trimmable { seq: 1, expected: &b }];
-        // Two drafts of 3: one micro-batch of 8; worth it (3.4 tokens each at 40 ms against 2 at 15).
-        assert_eq!(trim(&[], 0.0, &drafts, 4, 512, &c), vec![3, 3]);
-    }
-
-    #[test]
-    fn trim_drops_a_weak_lone_draft_that_would_split_the_batch() {
-        let c = costs();
-        let a = curve(3, 0.5);
-        // Seq 0 drafts beside three requests without drafts: its 3 tokens
-        // would be a micro-batch of their own (t3 on top of t4) for 0.875
-        // expected tokens more; the step is better without.
-        let fixed = [p(1, 1), p(2, 1), p(3, 1)];
-        assert_eq!(trim(&fixed, 3.0, &[Trimmable { seq: 0, expected: &a }], 4, 512, &c), vec![0]);
-        // A sure, long draft pays even so.
-        let sure = curve(8, 1.0);
-        assert_eq!(trim(&fixed, 3.0, &[Trimmable { seq: 0, expected: &sure }], 4, 512, &c), vec![8]);
-    }
-
-    #[test]
-    fn trim_drops_drafts_that_promise_the_step_little() {
-        let c = costs();
-        // One token at 15 ms against none at 10: pays from 50 % acceptance,
-        // is verified from 57.5 % (the margin).
-        assert_eq!(trim(&[], 0.0, &[Trimmable { seq: 0, expected: &curve(1, 0.55) }], 4, 512, &c), vec![0]);
-        assert_eq!(trim(&[], 0.0, &[Trimmable { seq: 0, expected: &curve(1, 0.65) }], 4, 512, &c), vec![1]);
-    }
-
-    #[test]
-    fn trim_evens_out_unequal_drafts() {
-        let c = costs();
-        // Equal lengths keep one micro-batch; the long one's tail, likely
-        // rejected, would cost a micro-batch of its own.
-        let (a, b) = (curve(8, 0.6), curve(2, 0.9));
-        let drafts = [Trimmable { seq: 0, expected: &a }, Trimmable { seq: 1, expected: &b }];
-        let ks = trim(&[], 0.0, &drafts, 4, 512, &c);
-        assert_eq!(ks[1], 2);
-        assert!(ks[0] <= 2, "{ks:?}");
-        // Never longer than drafted, and nothing to trim gives nothing.
-        assert!(trim(&[], 0.0, &[], 4, 512, &c).is_empty());
-        let none = [1.0];
-        assert_eq!(trim(&[p(1, 1)], 1.0, &[Trimmable { seq: 0, expected: &none }], 4, 512, &c), vec![0]);
-    }
-
-    #[test]
-    fn prefill_chunks_only_when_others_are_generating() {
-        assert_eq!(prefill_chunk(1000, false, 512, 256), 512);
-        assert_eq!(prefill_chunk(1000, true, 512, 256), 256);
-        assert_eq!(prefill_chunk(100, true, 512, 256), 100);
-        assert_eq!(prefill_chunk(1000, true, 50, 256), 50);
     }
 }

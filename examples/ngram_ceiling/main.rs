@@ -37,7 +37,9 @@
 
 use std::io::Read;
 
-use llama_engine::core::replay::{oracle, policy, Prices};
+mod replay;
+
+use replay::{oracle, policy, Prices};
 use serde_json::{json, Value};
 
 fn ids(v: &Value, field: &str) -> Result<Vec<i32>, String> {

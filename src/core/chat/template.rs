@@ -1,6 +1,6 @@
-//! Chat requests: OpenAI-style `messages`, checked here and rendered into a
-//! prompt by the model's own Jinja chat template (the GGUF's
-//! `tokenizer.chat_template`, or `chatTemplate` given at load).
+//! Rendering chat messages into a prompt with the model's own Jinja chat
+//! template (the GGUF's `tokenizer.chat_template`, or `chatTemplate` given
+//! at load).
 //!
 //! Rendering follows Hugging Face transformers, which is what template
 //! authors test against: `trim_blocks` and `lstrip_blocks` on, loop controls,
@@ -17,8 +17,9 @@ use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
-use serde_json::{Map, Value as Json};
+use serde_json::Value as Json;
 
+use super::messages::ChatMessage;
 use crate::core::error::{EngineError, Result};
 
 /// Largest template source accepted (real ones are under 20 KB).
@@ -29,125 +30,8 @@ pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
 pub const TEMPLATE_FUEL: u64 = 2_000_000;
 /// Most bytes a render may write: the prompt size limit of a request.
 pub const MAX_RENDERED_BYTES: usize = 8 * 1024 * 1024;
-/// Most messages in one request.
-pub const MAX_MESSAGES: usize = 100_000;
-/// Longest role name.
-const MAX_ROLE_BYTES: usize = 64;
-/// Text of all messages together (the prompt size limit).
-const MAX_MESSAGES_BYTES: usize = 8 * 1024 * 1024;
 
 const TEMPLATE_NAME: &str = "chat_template";
-
-/// One message. `content` is the text (text parts joined); the fields a
-/// template may use besides (`name`, `tool_calls`, `tool_call_id`) pass
-/// through as they were given.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatMessage {
-    pub role: String,
-    /// `None` only for an assistant message that carries `tool_calls`.
-    pub content: Option<String>,
-    pub extra: Map<String, Json>,
-}
-
-impl ChatMessage {
-    pub fn new(role: &str, content: &str) -> Self {
-        ChatMessage { role: role.into(), content: Some(content.into()), extra: Map::new() }
-    }
-
-    fn to_json(&self) -> Json {
-        let mut m = self.extra.clone();
-        m.insert("role".into(), Json::String(self.role.clone()));
-        m.insert("content".into(), self.content.clone().map_or(Json::Null, Json::String));
-        Json::Object(m)
-    }
-}
-
-/// Parses and checks `messages` (the wire name is `field`, used in errors:
-/// `messages[2].content` …).
-pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
-    let items =
-        value.as_array().ok_or_else(|| EngineError::invalid(field, format!("expected an array of messages, got {}", kind(value))))?;
-    if items.is_empty() {
-        return Err(EngineError::invalid(field, "must contain at least one message"));
-    }
-    if items.len() > MAX_MESSAGES {
-        return Err(EngineError::invalid(field, format!("at most {MAX_MESSAGES} messages are allowed, got {}", items.len())));
-    }
-    let mut bytes = 0usize;
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let at = format!("{field}[{i}]");
-        let map = item
-            .as_object()
-            .ok_or_else(|| EngineError::invalid(&at, format!("expected an object with role and content, got {}", kind(item))))?;
-        let role = match map.get("role") {
-            Some(Json::String(r)) if r.is_empty() => return Err(EngineError::invalid(&format!("{at}.role"), "must not be empty")),
-            Some(Json::String(r)) if r.len() > MAX_ROLE_BYTES => {
-                return Err(EngineError::invalid(&format!("{at}.role"), format!("at most {MAX_ROLE_BYTES} bytes are allowed")))
-            }
-            Some(Json::String(r)) => r.clone(),
-            None => return Err(EngineError::invalid(&format!("{at}.role"), "required (\"system\", \"user\", \"assistant\" or \"tool\")")),
-            Some(other) => return Err(EngineError::invalid(&format!("{at}.role"), format!("expected a string, got {}", kind(other)))),
-        };
-        let mut extra = Map::new();
-        for key in ["name", "tool_call_id", "tool_calls"] {
-            if let Some(v) = map.get(key).filter(|v| !v.is_null()) {
-                bytes += v.to_string().len();
-                extra.insert(key.into(), v.clone());
-            }
-        }
-        let content = match map.get("content") {
-            Some(Json::String(text)) => Some(text.clone()),
-            Some(Json::Array(parts)) => Some(text_parts(parts, &format!("{at}.content"))?),
-            None | Some(Json::Null) if role == "assistant" && extra.contains_key("tool_calls") => None,
-            None => {
-                return Err(EngineError::invalid(
-                    &format!("{at}.content"),
-                    "required: a string or an array of { type: \"text\", text } parts",
-                ))
-            }
-            Some(other) => {
-                return Err(EngineError::invalid(
-                    &format!("{at}.content"),
-                    format!("expected a string or an array of {{ type: \"text\", text }} parts, got {}", kind(other)),
-                ))
-            }
-        };
-        bytes += content.as_ref().map_or(0, String::len) + role.len();
-        if bytes > MAX_MESSAGES_BYTES {
-            return Err(EngineError::invalid(field, format!("at most {MAX_MESSAGES_BYTES} bytes of text are allowed")));
-        }
-        out.push(ChatMessage { role, content, extra });
-    }
-    Ok(out)
-}
-
-/// The text of an OpenAI content-parts array: its text parts, joined.
-fn text_parts(parts: &[Json], at: &str) -> Result<String> {
-    let mut text = String::new();
-    for (j, part) in parts.iter().enumerate() {
-        let here = format!("{at}[{j}]");
-        let map = part
-            .as_object()
-            .ok_or_else(|| EngineError::invalid(&here, format!("expected a {{ type, text }} object, got {}", kind(part))))?;
-        match map.get("type").and_then(Json::as_str) {
-            Some("text") => {}
-            Some(other) => {
-                return Err(EngineError::invalid(
-                    &format!("{here}.type"),
-                    format!("only \"text\" parts are supported (this engine reads text only), got {:?}", truncate(other, 40)),
-                ))
-            }
-            None => return Err(EngineError::invalid(&format!("{here}.type"), "required: \"text\"")),
-        }
-        match map.get("text") {
-            Some(Json::String(t)) => text.push_str(t),
-            _ => return Err(EngineError::invalid(&format!("{here}.text"), "expected a string")),
-        }
-    }
-    Ok(text)
-}
-
 /// A compiled chat template with the model's special tokens.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -393,27 +277,10 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-fn kind(v: &Json) -> &'static str {
-    match v {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "an array",
-        Json::Object(_) => "an object",
-    }
-}
-
-fn truncate(s: &str, n: usize) -> &str {
-    match s.char_indices().nth(n) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::chat::messages::parse_messages;
     use serde_json::json;
 
     /// SmolLM2-135M-Instruct's template, as its GGUF stores it.
@@ -439,36 +306,6 @@ mod tests {
             .render(&msgs(json!([{ "role": "system", "content": "Be brief." }, { "role": "user", "content": "Hi" }])), false, "messages")
             .unwrap();
         assert_eq!(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
-    }
-
-    #[test]
-    fn text_parts_are_joined() {
-        let m = msgs(json!([{ "role": "user", "content": [{ "type": "text", "text": "Hello, " }, { "type": "text", "text": "world" }] }]));
-        assert_eq!(m[0].content.as_deref(), Some("Hello, world"));
-    }
-
-    #[test]
-    fn bad_messages_name_the_field() {
-        for (v, field) in [
-            (json!("hi"), "messages:"),
-            (json!([]), "messages:"),
-            (json!([1]), "messages[0]:"),
-            (json!([{ "content": "x" }]), "messages[0].role:"),
-            (json!([{ "role": 3, "content": "x" }]), "messages[0].role:"),
-            (json!([{ "role": "", "content": "x" }]), "messages[0].role:"),
-            (json!([{ "role": "user" }]), "messages[0].content:"),
-            (json!([{ "role": "user", "content": 5 }]), "messages[0].content:"),
-            (json!([{ "role": "user", "content": null }]), "messages[0].content:"),
-            (json!([{ "role": "user", "content": [{ "type": "image_url", "image_url": {} }] }]), "messages[0].content[0].type:"),
-            (json!([{ "role": "user", "content": [{ "type": "text" }] }]), "messages[0].content[0].text:"),
-            (json!([{ "role": "user", "content": "ok" }, { "role": "user", "content": ["x"] }]), "messages[1].content[0]:"),
-        ] {
-            let e = parse_messages(&v, "messages").unwrap_err();
-            assert!(e.message.starts_with(field), "{v}: {}", e.message);
-        }
-        // An assistant turn that only calls tools may have no content.
-        let m = msgs(json!([{ "role": "assistant", "content": null, "tool_calls": [{ "id": "1" }] }]));
-        assert_eq!(m[0].content, None);
     }
 
     #[test]

@@ -2,24 +2,23 @@
 //! with measured target batch costs: the **ceiling** (an oracle that drafts
 //! exactly the tokens the target will accept, when that pays) and the
 //! engine's own **policy** (the lookup plus the adaptive controller, as
-//! `engine::session` runs them). Both are free of timing noise, so the
+//! the engine runs them). Both are free of timing noise, so the
 //! policy's loss to the oracle can be measured, and tested, exactly.
-//! Used by `examples/ngram_ceiling.rs` for `npm run bench`.
+//! Used by this example (`npm run bench`); its tests run with
+//! `cargo test --release --example ngram_ceiling`.
 
-use crate::core::controller::{BatchCost, DraftController};
-use crate::core::ngram::{draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS};
-use crate::core::schedule::StepPrice;
+use llama_engine::core::speculation::controller::DraftController;
+use llama_engine::core::speculation::cost::{BatchCost, StepPrice};
+use llama_engine::core::speculation::ngram::{draft_tokens_classified, NgramCache, NgramParams, CLASS_PRIORS, NGRAM_PRIOR};
 
-/// Acceptance the engine assumes for n-gram drafts before it has measured
-/// any (the session's n-gram drafter uses it too).
-pub const NGRAM_PRIOR: f64 = 0.6;
+/// Largest batch priced: longer drafts than speculative.n_max allows.
+const MAX_BATCH: usize = 65;
 
-/// Cost of a target batch of n tokens from the measured sizes: linear
-/// between them, the last segment extended beyond the largest.
+/// Cost of a target batch of n tokens from the measured sizes, estimated by
+/// the engine's own cost table (`BatchCost`).
 #[derive(Debug, Clone)]
 pub struct Prices {
-    /// (size, ms), ascending by size.
-    known: Vec<(usize, f64)>,
+    costs: BatchCost,
 }
 
 impl Prices {
@@ -30,30 +29,15 @@ impl Prices {
         if known.len() < 2 || known[0].0 != 1 {
             return Err("batch_ms: needs t(1) and at least one more measured size".into());
         }
-        Ok(Prices { known })
+        let mut costs = BatchCost::new(MAX_BATCH);
+        for (n, ms) in known {
+            costs.observe(n, ms);
+        }
+        Ok(Prices { costs })
     }
 
     pub fn t(&self, n: usize) -> f64 {
-        if let Some(&(_, v)) = self.known.iter().find(|(i, _)| *i == n) {
-            return v;
-        }
-        let below = self.known.iter().rev().find(|(i, _)| *i < n);
-        let above = self.known.iter().find(|(i, _)| *i > n);
-        let ((i0, v0), (i1, v1)) = match (below, above) {
-            (Some(&b), Some(&a)) => (b, a),
-            // beyond the largest measured size: extend the last segment
-            _ => (self.known[self.known.len() - 2], self.known[self.known.len() - 1]),
-        };
-        v0 + (v1 - v0) * (n as f64 - i0 as f64) / (i1 as f64 - i0 as f64)
-    }
-
-    /// The same measurements as the controller's cost table.
-    fn batch_cost(&self, max: usize) -> BatchCost {
-        let mut bc = BatchCost::new(max);
-        for &(n, ms) in &self.known {
-            bc.observe(n, ms);
-        }
-        bc
+        self.costs.estimate(n).expect("t(1) is measured")
     }
 }
 
@@ -143,7 +127,7 @@ pub fn policy(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> 
     if output.len() < 2 {
         return 1.0;
     }
-    let price = StepPrice::alone(&prices.batch_cost(n_max + 1), n_max);
+    let price = StepPrice::alone(&prices.costs, n_max);
     let mut ctl = DraftController::new(n_max, true, NGRAM_PRIOR).with_loss_check(false).with_classes(&CLASS_PRIORS);
     ctl.observe_draft_cost(1, 0.01);
     let mut lookup = Lookup::new(prompt, output[0]);
@@ -173,7 +157,7 @@ pub fn policy(prompt: &[i32], output: &[i32], prices: &Prices, n_max: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::random::{seeded, Rng, SamplingRng};
+    use llama_engine::core::sampling::noise::{seeded, Rng, SamplingRng};
 
     /// Batch costs measured on the 2-core reference machine by `npm run bench`.
     fn prices() -> Prices {

@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use crate::core::controller::DraftController;
-use crate::core::events::{DrafterStats, TokenSource};
-use crate::core::schedule::StepPrice;
+use super::controller::DraftController;
+use super::cost::DraftPrices;
+use crate::core::text::events::{DrafterStats, TokenSource};
 
 /// Up to `n` tokens proposed to continue the sequence.
 #[derive(Debug, Clone)]
@@ -81,27 +81,6 @@ pub trait Drafter {
     }
 }
 
-/// What drafting costs in the step being planned, for one request.
-#[derive(Debug, Clone, Default)]
-pub struct Prices {
-    /// For drafts that cost nothing to make (a lookup): this request's
-    /// share of a step where every generating request drafts as much
-    /// (`StepPrice::shared`). Optimistic on purpose: the step's joint trim
-    /// (`schedule::trim`) then shortens what does not pay together.
-    pub lookup: Option<StepPrice>,
-    /// For drafts that take time to make (a draft model): what they add to
-    /// the step as planned so far (`StepPrice::in_step`), so no time is
-    /// spent on drafts the trim would drop.
-    pub made: Option<StepPrice>,
-}
-
-impl Prices {
-    /// The same price for both kinds (a request alone).
-    pub fn both(price: Option<StepPrice>) -> Self {
-        Prices { lookup: price.clone(), made: price }
-    }
-}
-
 /// A drafter in a chain, with the controller that prices its drafts and
 /// its counters.
 pub struct ChainEntry<'a> {
@@ -148,7 +127,7 @@ impl<'a> DrafterChain<'a> {
     /// first drafter whose draft pays at its price; `None` to decode
     /// plainly. The draft carries its drafter's expected-token curve (for
     /// the step's joint trim); cut it with [`trim`](Self::trim).
-    pub fn propose(&mut self, history: &[i32], position: usize, available: usize, prices: &Prices) -> Option<Draft> {
+    pub fn propose(&mut self, history: &[i32], position: usize, available: usize, prices: &DraftPrices) -> Option<Draft> {
         self.last = None;
         if available == 0 {
             return None;
@@ -291,7 +270,7 @@ impl SpareBranches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::controller::BatchCost;
+    use crate::core::speculation::cost::{BatchCost, DraftPrices, StepPrice};
 
     /// A drafter that proposes a fixed continuation, free or at a cost.
     struct Fixed {
@@ -337,23 +316,23 @@ mod tests {
             Box::new(Fixed { name: "ngram", tokens: vec![7, 8, 9, 10], cheap: true, accepted: 0 }),
             DraftController::new(8, true, 0.9),
         );
-        let d = chain.propose(&[0], 0, 8, &Prices::both(price())).expect("the cheap one pays");
+        let d = chain.propose(&[0], 0, 8, &DraftPrices::both(price())).expect("the cheap one pays");
         assert_eq!(d.tokens[0], 7);
         chain.judged(2);
         let stats: Vec<(&str, usize, usize)> = chain.stats().map(|(n, s)| (n, s.n_drafted, s.n_accepted)).collect();
         assert_eq!(stats, vec![("slow", 0, 0), ("ngram", d.len(), 2)]);
         // Nothing to verify without room.
-        assert!(chain.propose(&[0], 0, 0, &Prices::both(price())).is_none());
+        assert!(chain.propose(&[0], 0, 0, &DraftPrices::both(price())).is_none());
     }
 
     #[test]
     fn drafts_shorter_than_n_min_are_dropped() {
         let mut chain = DrafterChain::new(3);
         chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
-        assert!(chain.propose(&[0], 0, 8, &Prices::both(price())).is_none());
+        assert!(chain.propose(&[0], 0, 8, &DraftPrices::both(price())).is_none());
         let mut chain = DrafterChain::new(2);
         chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
-        assert_eq!(chain.propose(&[0], 0, 8, &Prices::both(price())).map(|d| d.tokens), Some(vec![7, 8]));
+        assert_eq!(chain.propose(&[0], 0, 8, &DraftPrices::both(price())).map(|d| d.tokens), Some(vec![7, 8]));
     }
 
     #[test]
@@ -363,7 +342,7 @@ mod tests {
             Box::new(Fixed { name: "ngram", tokens: vec![7, 8, 9, 10], cheap: true, accepted: 0 }),
             DraftController::new(8, true, 0.9),
         );
-        let d = chain.propose(&[0], 0, 8, &Prices::both(price())).expect("pays");
+        let d = chain.propose(&[0], 0, 8, &DraftPrices::both(price())).expect("pays");
         assert!(!d.fixed);
         assert_eq!(d.expected.len(), d.len() + 1);
         assert_eq!(d.expected[0], 1.0);
@@ -374,7 +353,7 @@ mod tests {
         let stats: Vec<(usize, usize)> = chain.stats().map(|(_, s)| (s.n_drafted, s.n_accepted)).collect();
         assert_eq!(stats, vec![(1, 1)]);
         // Cut to nothing: nothing is judged.
-        chain.propose(&[0], 0, 8, &Prices::both(price())).expect("pays");
+        chain.propose(&[0], 0, 8, &DraftPrices::both(price())).expect("pays");
         chain.trim(0);
         chain.judged(0);
         let stats: Vec<(usize, usize)> = chain.stats().map(|(_, s)| (s.n_drafted, s.n_accepted)).collect();
@@ -382,7 +361,7 @@ mod tests {
         // A fixed length is marked so.
         let mut chain = DrafterChain::new(0);
         chain.push(Box::new(Fixed { name: "ngram", tokens: vec![7, 8], cheap: true, accepted: 0 }), DraftController::new(8, false, 0.9));
-        assert!(chain.propose(&[0], 0, 8, &Prices::both(price())).unwrap().fixed);
+        assert!(chain.propose(&[0], 0, 8, &DraftPrices::both(price())).unwrap().fixed);
     }
 
     #[test]

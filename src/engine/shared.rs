@@ -1,0 +1,184 @@
+//! What the handle (`Engine`, on the JS thread) and the engine thread share,
+//! in one type: the job queue and the cancel flags of running requests,
+//! the n-gram caches, what the thread publishes for `status()`, and whether
+//! the thread has exited. Everything here is behind its own lock, held
+//! briefly; nothing here touches llama.cpp.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::core::request::CompletionRequest;
+use crate::core::speculation::ngram::NgramCache;
+use crate::core::text::events::EventSink;
+
+/// A request on its way to a slot: the validated request, where its events
+/// go, and the flag that cancels it.
+pub struct Job {
+    pub id: u64,
+    pub request: CompletionRequest,
+    pub sink: Box<dyn EventSink>,
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// The n-gram caches shared by every request of an engine.
+#[derive(Clone, Default)]
+pub struct NgramStore {
+    pub dynamic: Arc<Mutex<NgramCache>>,
+    pub fixed: Option<Arc<NgramCache>>,
+}
+
+/// What the engine thread publishes after each step, for `status()`.
+#[derive(Debug, Clone, Default)]
+pub struct Published {
+    /// Measured cost (ms) of a target batch of n tokens, index n.
+    pub batch_cost_ms: Vec<Option<f64>>,
+    /// Measured cost (ms) of one draft-model step.
+    pub draft_step_ms: Option<f64>,
+    /// Tokens held in the slots' KV caches.
+    pub tokens_cached: usize,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Requests in a slot, with their cancel flags.
+    running: HashMap<u64, Arc<AtomicBool>>,
+    closed: bool,
+}
+
+/// Queue counts for `status()`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueueCounts {
+    pub queued: usize,
+    pub active: usize,
+    pub closed: bool,
+}
+
+#[derive(Default)]
+pub struct Shared {
+    queue: Mutex<Queue>,
+    /// Notified when a job is queued or the queue closes.
+    wake: Condvar,
+    published: Mutex<Published>,
+    pub ngram: NgramStore,
+    /// Set (and `exit` notified) when the engine thread has ended and freed
+    /// its models.
+    exited: Mutex<bool>,
+    exit: Condvar,
+}
+
+/// A poisoned lock means a panic happened while it was held; the engine
+/// thread catches its panics and every structure here stays consistent, so
+/// poisoning is no reason to fail.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    pub fn new(ngram: NgramStore) -> Self {
+        Shared { ngram, ..Default::default() }
+    }
+
+    /// Queues a job; gives it back when the engine is closed.
+    pub fn submit(&self, job: Job) -> Result<(), Box<Job>> {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            return Err(Box::new(job));
+        }
+        q.jobs.push_back(job);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Aborts job `id`: a running one is flagged (it stops within one
+    /// step); a queued one leaves the queue and is returned, for the caller
+    /// to answer.
+    pub fn abort(&self, id: u64) -> Option<Job> {
+        let mut q = lock(&self.queue);
+        if let Some(cancel) = q.running.get(&id) {
+            cancel.store(true, Ordering::SeqCst);
+            return None;
+        }
+        let pos = q.jobs.iter().position(|j| j.id == id)?;
+        q.jobs.remove(pos)
+    }
+
+    /// Flags every running request; queued ones are untouched.
+    pub fn cancel_running(&self) {
+        for cancel in lock(&self.queue).running.values() {
+            cancel.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The next queued job, now counted as running; with `wait`, blocks
+    /// until one is queued. `None` once the engine is closed (or, without
+    /// `wait`, when the queue is empty).
+    pub fn next_job(&self, wait: bool) -> Option<Job> {
+        let mut q = lock(&self.queue);
+        loop {
+            if q.closed {
+                return None;
+            }
+            if let Some(job) = q.jobs.pop_front() {
+                q.running.insert(job.id, job.cancel.clone());
+                return Some(job);
+            }
+            if !wait {
+                return None;
+            }
+            q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// A request that `next_job` handed out is over.
+    pub fn request_ended(&self, id: u64) {
+        lock(&self.queue).running.remove(&id);
+    }
+
+    /// Closes the queue: running requests are flagged (they end within one
+    /// step); returns the queued jobs, for the caller to answer.
+    pub fn close(&self) -> Vec<Job> {
+        let queued = {
+            let mut q = lock(&self.queue);
+            q.closed = true;
+            for cancel in q.running.values() {
+                cancel.store(true, Ordering::SeqCst);
+            }
+            q.jobs.drain(..).collect()
+        };
+        self.wake.notify_all();
+        queued
+    }
+
+    pub fn is_closed(&self) -> bool {
+        lock(&self.queue).closed
+    }
+
+    pub fn counts(&self) -> QueueCounts {
+        let q = lock(&self.queue);
+        QueueCounts { queued: q.jobs.len(), active: q.running.len(), closed: q.closed }
+    }
+
+    pub fn publish(&self, p: Published) {
+        *lock(&self.published) = p;
+    }
+
+    pub fn published(&self) -> Published {
+        lock(&self.published).clone()
+    }
+
+    /// Called once by the engine thread, after it freed its models.
+    pub fn mark_exited(&self) {
+        *lock(&self.exited) = true;
+        self.exit.notify_all();
+    }
+
+    /// Waits until the engine thread has exited, at most `timeout`.
+    pub fn wait_exited(&self, timeout: Duration) {
+        let exited = lock(&self.exited);
+        let _ = self.exit.wait_timeout_while(exited, timeout, |e| !*e);
+    }
+}

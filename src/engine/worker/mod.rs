@@ -1,0 +1,195 @@
+//! The engine thread's state: the models and contexts, the slots, what was
+//! measured, and the shared queue it answers to. Requests join in
+//! `admit.rs`; one decoding step of all of them, in named phases, is
+//! `step.rs`.
+
+mod admit;
+mod step;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+
+use super::calibrate::{calibrate, calibration_tokens};
+use super::draft_model::DraftContext;
+use super::model::{self, EngineOptions, ModelInfo};
+use super::shared::{Published, Shared};
+use super::slot::{KeptController, Slot, Stop};
+use super::thread::Progress;
+use crate::core::error::{EngineError, ErrorCode, Result};
+use crate::core::request::CompletionRequest;
+use crate::core::speculation::cost::BatchCost;
+use crate::core::speculation::invariance::InvarianceCheck;
+use crate::core::text::events::{CompletionResult, SpeculativeStats};
+
+/// The models an engine thread owns.
+pub struct Models {
+    pub target: Arc<LlamaModel>,
+    pub draft: Option<Arc<LlamaModel>>,
+    pub info: ModelInfo,
+}
+
+impl Models {
+    pub fn load(opts: &EngineOptions, progress: Option<Progress>) -> Result<Models> {
+        // With a draft model, the first half of the progress is the target's.
+        let has_draft = opts.draft_model_path.is_some();
+        let progress = progress.map(|p| Arc::new(Mutex::new(p)));
+        let part = |offset: f32, scale: f32| {
+            progress.clone().map(|p| {
+                Box::new(move |f: f32| {
+                    if let Ok(mut cb) = p.lock() {
+                        cb(offset + f * scale)
+                    }
+                }) as Progress
+            })
+        };
+        let target = model::load_model(&opts.model_path, opts.gpu_layers, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
+        let draft = match &opts.draft_model_path {
+            Some(path) => {
+                let draft = model::load_model(path, opts.draft_gpu_layers, part(0.5, 0.5))?;
+                model::check_compatible(&target, &draft)?;
+                Some(draft)
+            }
+            None => None,
+        };
+        let info = model::model_info(&target, opts);
+        Ok(Models { target, draft, info })
+    }
+}
+
+pub struct Worker<'m> {
+    models: &'m Models,
+    shared: Arc<Shared>,
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    slots: Vec<Slot<'m>>,
+    costs: BatchCost,
+    draft: Option<Rc<RefCell<DraftContext<'m>>>>,
+    /// The draft model's controllers, kept across requests by their settings.
+    model_ctls: Vec<KeptController>,
+    invariance: InvarianceCheck,
+    n_ctx: usize,
+    n_batch: usize,
+}
+
+impl<'m> Worker<'m> {
+    pub fn new(models: &'m Models, opts: &EngineOptions, shared: Arc<Shared>) -> Result<Self> {
+        let info = &models.info;
+        let parallel = info.parallel;
+        let load_err = |what: &str, path: &str, e: String| {
+            EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: cannot create the {what} context ({e})"))
+        };
+        // One KV stream per slot: a request's attention then sums over its
+        // own cells in the order plain decoding does, whoever shares the
+        // batch (a unified cache would interleave neighbours' cells).
+        let params = model::context_params(opts, info.n_ctx * parallel as u32, parallel as u32, false);
+        let ctx = models.target.new_context(model::backend()?, params).map_err(|e| load_err("target", &opts.model_path, e.to_string()))?;
+        let draft = match (&models.draft, &opts.draft_model_path) {
+            (Some(m), Some(path)) => {
+                let params = model::context_params(opts, info.n_ctx * parallel as u32, DraftContext::sequences(parallel), true);
+                let dctx = m.new_context(model::backend()?, params).map_err(|e| load_err("draft", path, e.to_string()))?;
+                Some(Rc::new(RefCell::new(DraftContext::new(dctx, parallel, info.n_batch as usize))))
+            }
+            _ => None,
+        };
+        let n_batch = info.n_batch as usize;
+        let mut worker = Worker {
+            models,
+            shared,
+            ctx,
+            batch: LlamaBatch::new(n_batch, 1),
+            slots: (0..parallel).map(|s| Slot::new(s as i32)).collect(),
+            costs: BatchCost::new(n_batch + 1),
+            draft,
+            model_ctls: Vec::new(),
+            invariance: InvarianceCheck::default(),
+            n_ctx: info.n_ctx as usize,
+            n_batch,
+        };
+        worker.invariance =
+            calibrate(&mut worker.ctx, &mut worker.batch, &models.target, worker.n_ctx, n_batch, parallel, &mut worker.costs);
+        if let Some(d) = &worker.draft {
+            d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
+        }
+        Ok(worker)
+    }
+
+    pub fn invariance(&self) -> &InvarianceCheck {
+        &self.invariance
+    }
+
+    /// Publishes what `status()` reports: measured costs, cached tokens.
+    pub fn publish(&self) {
+        let batch_cost_ms = (0..=33).map(|n| if n == 0 { None } else { self.costs.measured(n) }).collect();
+        self.shared.publish(Published {
+            batch_cost_ms,
+            draft_step_ms: self.draft.as_ref().and_then(|d| d.borrow().step_ms),
+            tokens_cached: self.slots.iter().map(|s| s.cached.len()).sum(),
+        });
+    }
+
+    pub fn active(&self) -> usize {
+        self.slots.iter().filter(|s| !s.is_free()).count()
+    }
+
+    pub fn has_free_slot(&self) -> bool {
+        self.slots.iter().any(Slot::is_free)
+    }
+
+    /// After a failed step or a panic: every active request ends with `e`,
+    /// and every KV cache is forgotten (its state is unknown).
+    pub fn recover(&mut self, e: &EngineError) {
+        for slot in &mut self.slots {
+            if let Some(r) = slot.request.take() {
+                self.shared.request_ended(r.id());
+                r.fail(e);
+            }
+        }
+        self.ctx.clear_kv_cache();
+        for s in &mut self.slots {
+            s.cached.clear();
+        }
+        if let Some(d) = &self.draft {
+            d.borrow_mut().reset();
+        }
+    }
+
+    /// Ends slot `i`'s request: its result goes to its sink after its last
+    /// event; the draft model's controller is kept for the next request.
+    fn finish(&mut self, i: usize, stop: Stop) {
+        let Some(r) = self.slots[i].request.take() else { return };
+        self.shared.request_ended(r.id());
+        let info = &self.models.info;
+        if let Some((key, ctl)) = r.finish(stop, &info.name, info.n_ctx, self.invariance.holds()) {
+            self.model_ctls.retain(|(k, _)| *k != key);
+            self.model_ctls.push((key, ctl));
+        }
+    }
+}
+
+/// The error a caught panic becomes.
+pub fn panic_error(panic: &(dyn std::any::Any + Send)) -> EngineError {
+    let why = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    EngineError::internal(format!("the engine recovered from a panic: {why}"))
+}
+
+/// The result of a request that was aborted before it produced anything.
+pub fn aborted_before_start(req: &CompletionRequest, info: &ModelInfo, batch_invariant: bool) -> CompletionResult {
+    CompletionResult {
+        stop: true,
+        model: info.name.clone(),
+        stopped_abort: true,
+        generation_settings: req.generation_settings(info.n_ctx, &info.name),
+        speculative: SpeculativeStats { mode: req.speculative.mode.as_str().into(), batch_invariant, ..Default::default() },
+        completion_probabilities: (req.n_probs > 0).then(Vec::new),
+        ..Default::default()
+    }
+}
