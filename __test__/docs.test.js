@@ -1,31 +1,53 @@
-// The README's API reference is checked against index.d.ts and the runtime
-// class, so the three cannot drift apart silently.
+// The engine's own lists — request fields and error codes, exported by the
+// addon — are checked against index.d.ts and the README, and the README's
+// API table against the runtime class, so none of them can drift apart.
 const fs = require('node:fs')
 const path = require('node:path')
-const { LlamaEngine } = require('..')
+const { LlamaEngine, requestFields, errorCodes } = require('..')
+const { loadNative } = require('../native-loader.js')
 
 const root = path.join(__dirname, '..')
 const dts = fs.readFileSync(path.join(root, 'index.d.ts'), 'utf8')
+const bindingDts = fs.readFileSync(path.join(root, 'binding.d.ts'), 'utf8')
 const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8')
 
-function declaredMembers() {
+/** The body of `export interface NAME { … }` in index.d.ts. */
+function iface(name) {
+  const body = dts.slice(dts.indexOf(`export interface ${name} `))
+  return body.slice(0, body.indexOf('\n}\n'))
+}
+
+const members = (body) => [...body.matchAll(/^\s{2}(\w+)\??:/gm)].map((m) => m[1])
+
+function declaredMethods() {
   const body = dts.slice(dts.indexOf('export declare class LlamaEngine'))
   const cls = body.slice(0, body.indexOf('\n}\n'))
   return [...cls.matchAll(/^\s+(static\s+)?(\w+)\(/gm)].map((m) => ({ name: m[2], isStatic: Boolean(m[1]) })).filter((m) => m.name !== 'constructor')
 }
 
-function requestFields() {
-  const body = dts.slice(dts.indexOf('export interface CompletionRequest'))
-  const iface = body.slice(0, body.indexOf('\n}\n'))
-  return [...iface.matchAll(/^\s+(\w+)\??:/gm)].map((m) => m[1])
+/** The rows of the README table that follows `heading`: first-column cells. */
+function tableAfter(heading) {
+  const at = readme.indexOf(heading)
+  expect(at).toBeGreaterThanOrEqual(0)
+  const lines = readme.slice(at).split('\n').slice(1)
+  const start = lines.findIndex((l) => l.startsWith('|'))
+  const rows = []
+  for (const line of lines.slice(start + 2)) {
+    if (!line.startsWith('|')) break
+    rows.push(line.split('|')[1].trim())
+  }
+  return rows
 }
 
+/** Field names in a first-column cell such as "`top_k`, `top_p`". */
+const namesIn = (cells) => cells.flatMap((c) => [...c.matchAll(/`(\w+)`/g)].map((m) => m[1]))
+
 test('every LlamaEngine member in index.d.ts exists and is in the README API table', () => {
-  const members = declaredMembers()
-  expect(members.map((m) => m.name)).toEqual(
+  const methods = declaredMethods()
+  expect(methods.map((m) => m.name)).toEqual(
     expect.arrayContaining(['load', 'tokenize', 'detokenize', 'complete', 'stream', 'cancel', 'status', 'saveNgramCache', 'dispose']),
   )
-  for (const { name, isStatic } of members) {
+  for (const { name, isStatic } of methods) {
     const target = isStatic ? LlamaEngine : LlamaEngine.prototype
     expect({ name, type: typeof target[name] }).toEqual({ name, type: 'function' })
     const row = isStatic ? `| \`LlamaEngine.${name}(` : `| \`${name}(`
@@ -33,8 +55,37 @@ test('every LlamaEngine member in index.d.ts exists and is in the README API tab
   }
 })
 
-test('every request field in index.d.ts is in the README request table', () => {
-  for (const field of requestFields()) {
-    expect({ field, documented: readme.includes(`\`${field}\``) }).toEqual({ field, documented: true })
+test('the request fields of index.d.ts and of the README tables are the engine’s own list', () => {
+  const engine = requestFields.map((f) => f.name).sort()
+  expect(members(iface('CompletionRequest')).sort()).toEqual(engine)
+  expect(namesIn(tableAfter('### Request fields')).sort()).toEqual(engine)
+  const spec = requestFields.find((f) => f.name === 'speculative').fields.map((f) => f.name).sort()
+  expect(members(iface('SpeculativeOptions')).sort()).toEqual(spec)
+  expect(namesIn(tableAfter('### `speculative`')).sort()).toEqual(spec)
+})
+
+test('every field has a documented kind, and ranges where it is a number', () => {
+  for (const f of requestFields) {
+    expect(typeof f.doc).toBe('string')
+    expect(['int', 'float', 'bool', 'string', 'choice', 'object', 'other']).toContain(f.kind)
+    if (f.kind === 'int') expect(Number.isInteger(f.min) && Number.isInteger(f.max)).toBe(true)
+  }
+  const mode = requestFields.find((f) => f.name === 'speculative').fields.find((f) => f.name === 'mode')
+  expect(dts).toContain(`export type SpeculativeMode = ${mode.choices.map((c) => `'${c}'`).join(' | ')}`)
+})
+
+test('the error codes of index.d.ts and of the README table are the engine’s own list', () => {
+  const union = /export type ErrorCode = ([^\n]+)/.exec(dts)[1]
+  expect([...union.matchAll(/'(\w+)'/g)].map((m) => m[1])).toEqual([...errorCodes])
+  expect(namesIn(tableAfter('### Errors'))).toEqual([...errorCodes])
+})
+
+test('binding.d.ts declares everything the native addon exports', () => {
+  const { binding } = loadNative()
+  for (const name of Object.keys(binding)) {
+    expect({ name, declared: new RegExp(`export declare (class|function|const) ${name}\\b`).test(bindingDts) }).toEqual({ name, declared: true })
+  }
+  for (const name of Object.getOwnPropertyNames(binding.NativeEngine.prototype).filter((n) => n !== 'constructor')) {
+    expect({ name, declared: new RegExp(`^\\s+${name}\\(`, 'm').test(bindingDts) }).toEqual({ name, declared: true })
   }
 })

@@ -1,12 +1,13 @@
 // Greedy speculation is bit-exact: the same tokens *and the same
-// probabilities* as plain decoding, on every CPU quantization type we make,
+// probabilities* as plain decoding, on every CPU quantization type we make
+// (\`npm run test:full\`; \`npm test\` checks the shipped K-quant and Q4_1),
 // K-quants included, with long fixed drafts, trees and the adaptive modes.
 // And the load-time self-check (status().batchInvariant) that the guarantee
 // rests on: true here, false when ggml's batch-dependent tiled K-quant path
 // is left on, whichever thread loads the addon first.
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, model, run } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, matrix, model, run } = require('./helpers')
 
 const ROOT = path.join(__dirname, '..')
 const GEMMA_DRAFT = model('gemma-3-270m.Q2_K.gguf')
@@ -70,21 +71,27 @@ describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', 
     expect(s.batchInvariance).toMatch(/identical alone and in batches of 2, 4, 8, 16, 33/)
   })
 
-  test.each(Object.keys(PROMPTS))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
+  test.each(matrix(Object.keys(PROMPTS), ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
     const drafted = await expectBitExact(engine, PROMPTS[name], Object.keys(MODES), 96)
     expect(drafted).toBeGreaterThan(96)
   }, 600000)
 })
 
-describe.each([
-  ['gemma-3 Q5_K_M', model('gemma-3-270m.Q5_K_M.gguf'), GEMMA_DRAFT],
-  ['gemma-3 Q6_K', model('gemma-3-270m.Q6_K.gguf'), GEMMA_DRAFT],
-  ['gemma-3 Q8_0', model('gemma-3-270m.Q8_0.gguf'), GEMMA_DRAFT],
-  ['SmolLM2 Q4_0', model('SmolLM2-135M-Instruct.Q4_0.gguf'), DRAFT],
-  ['SmolLM2 Q8_0', model('SmolLM2-135M-Instruct.Q8_0.gguf'), DRAFT],
-  ['SmolLM2 Q4_1', TARGET, DRAFT],
-  ['SmolLM2 F16', F16, DRAFT],
-])('bit-exact greedy speculation: %s', (_name, target, draft) => {
+// Quick: one non-K type beside the shipped K-quant above.
+describe.each(
+  matrix(
+    [
+      ['gemma-3 Q5_K_M', model('gemma-3-270m.Q5_K_M.gguf'), GEMMA_DRAFT],
+      ['gemma-3 Q6_K', model('gemma-3-270m.Q6_K.gguf'), GEMMA_DRAFT],
+      ['gemma-3 Q8_0', model('gemma-3-270m.Q8_0.gguf'), GEMMA_DRAFT],
+      ['SmolLM2 Q4_0', model('SmolLM2-135M-Instruct.Q4_0.gguf'), DRAFT],
+      ['SmolLM2 Q8_0', model('SmolLM2-135M-Instruct.Q8_0.gguf'), DRAFT],
+      ['SmolLM2 Q4_1', TARGET, DRAFT],
+      ['SmolLM2 F16', F16, DRAFT],
+    ],
+    [['SmolLM2 Q4_1', TARGET, DRAFT]],
+  ),
+)('bit-exact greedy speculation: %s', (_name, target, draft) => {
   let engine
   beforeAll(async () => {
     engine = await LlamaEngine.load({ modelPath: target, draftModelPath: draft, contextSize: 1024, threads: 2 })

@@ -8,6 +8,15 @@ const DRAFT = model('SmolLM2-135M-Instruct.Q2_K.gguf')
 const F16 = model('SmolLM2-135M-Instruct.F16.gguf')
 const GEMMA = model('gemma-3-270m-q4_k_m.gguf')
 
+/**
+ * \`npm test\` runs a quick cut of the bigger matrices (every behaviour, fewer
+ * models, prompts and seeds); \`npm run test:full\` (CI) runs all of them.
+ */
+const FULL = process.env.LLAMA_ENGINE_TEST_FULL === '1'
+
+/** \`all\` under \`npm run test:full\`, \`quick\` under \`npm test\`. */
+const matrix = (all, quick) => (FULL ? all : quick)
+
 /** A one-message conversation, for `messages`: rendered with the model's own chat template. */
 function user(text) {
   return [{ role: 'user', content: text }]
@@ -24,4 +33,4 @@ function loadTarget(extra = {}) {
   return LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: 2, ...extra })
 }
 
-module.exports = { LlamaEngine, TARGET, DRAFT, F16, GEMMA, MODELS, model, user, run, loadTarget }
+module.exports = { LlamaEngine, TARGET, DRAFT, F16, GEMMA, MODELS, FULL, matrix, model, user, run, loadTarget }

@@ -18,48 +18,36 @@ import { createInterface } from 'node:readline'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
+import { createRequire } from 'node:module'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..')
 const DEFAULT_MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
-const MODES = ['off', 'auto', 'draft', 'ngram', 'ngram+draft']
 
-// Request fields settable from the command line, with how to parse them.
-const SAMPLING = {
-  n_predict: 'int',
-  temperature: 'num',
-  top_k: 'int',
-  top_p: 'num',
-  min_p: 'num',
-  typical_p: 'num',
-  repeat_last_n: 'int',
-  repeat_penalty: 'num',
-  presence_penalty: 'num',
-  frequency_penalty: 'num',
-  mirostat: 'int',
-  mirostat_tau: 'num',
-  mirostat_eta: 'num',
-  seed: 'int',
-  n_keep: 'int',
-  n_probs: 'int',
-}
-const SPECULATIVE = {
-  'n-max': ['n_max', 'int'],
-  'n-parallel': ['n_parallel', 'int'],
-  'p-split': ['p_split', 'num'],
-  'p-min': ['p_min', 'num'],
+// Request fields become flags of the same name, from the engine's own list
+// of them (name, kind, default, doc): --top_k N, --ignore_eos, --stop STR;
+// the speculative ones as --n-max N (and --spec MODE for the mode). Those
+// the CLI sets itself (the prompt, chat messages) are left out.
+const { requestFields } = createRequire(import.meta.url)('../index.js')
+const OWN = new Set(['prompt', 'messages', 'speculative'])
+const REQUEST_FLAGS = requestFields.filter((f) => !OWN.has(f.name))
+const SPECULATIVE_FLAGS = requestFields.find((f) => f.name === 'speculative').fields.map((f) => ({
+  ...f,
+  flag: f.name === 'mode' ? 'spec' : f.name.replace(/_/g, '-'),
+}))
+
+/** A boolean field with default true is turned off with --no-NAME; one with default false is a plain flag. */
+const boolFlag = (name, field) => (field.default === true ? `no-${name}` : name)
+
+function fieldOption(flag, field) {
+  if (field.kind === 'bool') return [boolFlag(flag, field), { type: 'boolean' }]
+  return [flag, { type: 'string', multiple: field.name === 'stop' }]
 }
 
 const OPTIONS = {
   model: { type: 'string', short: 'm' },
   draft: { type: 'string' },
-  spec: { type: 'string' },
-  adaptive: { type: 'string' },
-  ...Object.fromEntries(Object.keys(SPECULATIVE).map((k) => [k, { type: 'string' }])),
-  ...Object.fromEntries(Object.keys(SAMPLING).map((k) => [k, { type: 'string' }])),
-  stop: { type: 'string', multiple: true },
-  ignore_eos: { type: 'boolean' },
-  grammar: { type: 'string' },
-  json_schema: { type: 'string' },
+  ...Object.fromEntries(SPECULATIVE_FLAGS.map((f) => fieldOption(f.flag, f))),
+  ...Object.fromEntries(REQUEST_FLAGS.map((f) => fieldOption(f.name, f))),
   'ctx-size': { type: 'string', short: 'c' },
   threads: { type: 'string', short: 't' },
   chat: { type: 'boolean' },
@@ -72,6 +60,18 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 }
 OPTIONS.n_predict.short = 'n'
+
+/** The help line of one field's flag. */
+function fieldHelp(flag, f) {
+  const choices = (f.choices || []).join('|')
+  const arg = { int: ' N', float: ' X', string: ' TEXT', choice: choices.length <= 12 ? ` ${choices}` : ' MODE', other: ' JSON' }[f.kind] ?? ''
+  const name = f.kind === 'bool' ? boolFlag(flag, f) : flag
+  const left = `      --${name}${f.name === 'stop' ? ' STR' : arg}`
+  const off = f.kind === 'bool' && f.default === true ? 'turn off: ' : ''
+  const one = f.kind === 'choice' && arg === ' MODE' ? ` (${choices})` : ''
+  const def = f.default !== undefined && f.kind !== 'bool' ? ` (default ${JSON.stringify(f.default)})` : ''
+  return `${left.padEnd(32)}${off}${f.doc}${one}${def}`
+}
 
 export const USAGE = `Usage: llama-engine [options] [--prompt TEXT]   (the prompt is read from stdin without --prompt)
 
@@ -96,18 +96,10 @@ Prompt and output:
   -h, --help                this help
 
 Speculative decoding (request.speculative):
-      --spec MODE           off | auto | draft | ngram | ngram+draft (default auto)
-      --n-max N             most tokens drafted per step (0..64)
-      --adaptive true|false choose draft lengths from measured costs
-      --n-parallel N        draft tree branches (1..8)
-      --p-split X           branch split probability
-      --p-min X             draft model confidence cut-off
+${SPECULATIVE_FLAGS.map((f) => fieldHelp(f.flag, f)).join('\n')}
 
-Sampling (request fields of the same name):
-  -n, --n_predict N   --temperature X   --top_k N   --top_p X   --min_p X   --typical_p X
-      --repeat_last_n N   --repeat_penalty X   --presence_penalty X   --frequency_penalty X
-      --mirostat 0|1|2   --mirostat_tau X   --mirostat_eta X   --seed N   --n_keep N
-      --stop STR (repeatable)   --ignore_eos   --n_probs N   --grammar GBNF   --json_schema JSON
+Request fields (the names of the request; --stop repeats; JSON values for the structured ones):
+${REQUEST_FLAGS.map((f) => fieldHelp(f.name, f)).join('\n')}
 
 On a terminal, tokens accepted from the draft model are cyan and tokens from
 n-gram drafts yellow; the target model's own tokens are plain. Ctrl-C stops
@@ -121,6 +113,33 @@ function number(flag, text, kind) {
   if (!Number.isFinite(value)) throw new UsageError(`--${flag}: expected a number, got ${JSON.stringify(text)}`)
   if (kind === 'int' && !Number.isInteger(value)) throw new UsageError(`--${flag}: expected an integer, got ${JSON.stringify(text)}`)
   return value
+}
+
+/** A field's value from its flag, converted by the field's kind (ranges are the engine's to check). */
+function fieldValue(flag, f, v) {
+  if (f.kind === 'bool') {
+    const name = boolFlag(flag, f)
+    return v[name] ? name !== flag ? false : true : undefined
+  }
+  const text = v[flag]
+  if (text === undefined) return undefined
+  switch (f.kind) {
+    case 'int':
+    case 'float':
+      return number(flag, text, f.kind)
+    case 'choice':
+      if (!f.choices.includes(text)) throw new UsageError(`--${flag}: expected one of ${f.choices.join(', ')}, got ${JSON.stringify(text)}`)
+      return text
+    case 'other':
+      if (f.name === 'stop') return text
+      try {
+        return JSON.parse(text)
+      } catch (e) {
+        throw new UsageError(`--${flag}: not valid JSON (${e.message})`)
+      }
+    default:
+      return text
+  }
 }
 
 // parseArgs in strict mode reads "--seed -1" as a missing value followed by
@@ -157,31 +176,14 @@ export function parseCli(argv, env = process.env) {
   }
 
   const request = {}
-  for (const [field, kind] of Object.entries(SAMPLING)) {
-    if (v[field] !== undefined) request[field] = number(field, v[field], kind)
+  for (const f of REQUEST_FLAGS) {
+    const value = fieldValue(f.name, f, v)
+    if (value !== undefined) request[f.name] = value
   }
-  if (v.stop) request.stop = v.stop
-  if (v.ignore_eos) request.ignore_eos = true
-  if (v.grammar !== undefined) request.grammar = v.grammar
-  if (v.json_schema !== undefined) {
-    try {
-      request.json_schema = JSON.parse(v.json_schema)
-    } catch (e) {
-      throw new UsageError(`--json_schema: not valid JSON (${e.message})`)
-    }
-  }
-
   const speculative = {}
-  if (v.spec !== undefined) {
-    if (!MODES.includes(v.spec)) throw new UsageError(`--spec: expected one of ${MODES.join(', ')}, got ${JSON.stringify(v.spec)}`)
-    speculative.mode = v.spec
-  }
-  if (v.adaptive !== undefined) {
-    if (v.adaptive !== 'true' && v.adaptive !== 'false') throw new UsageError(`--adaptive: expected true or false, got ${JSON.stringify(v.adaptive)}`)
-    speculative.adaptive = v.adaptive === 'true'
-  }
-  for (const [flag, [field, kind]] of Object.entries(SPECULATIVE)) {
-    if (v[flag] !== undefined) speculative[field] = number(flag, v[flag], kind)
+  for (const f of SPECULATIVE_FLAGS) {
+    const value = fieldValue(f.flag, f, v)
+    if (value !== undefined) speculative[f.name] = value
   }
   if (Object.keys(speculative).length > 0) request.speculative = speculative
 

@@ -2,6 +2,7 @@
 // results and events shaped as OpenAI's responses and stream chunks. Used by
 // examples/server.mjs; no I/O here.
 import { randomUUID } from 'node:crypto'
+import { requestFields } from '../index.mjs'
 
 /**
  * An error answered with its HTTP status and an OpenAI-shaped body:
@@ -20,12 +21,12 @@ export class ApiError extends Error {
 
 const bad = (param, message) => new ApiError(400, message, { param })
 
-// Engine fields a client may send beside OpenAI's (llama.cpp's server does the
-// same): sampling and speculation settings OpenAI has no name for.
-const PASSTHROUGH = [
-  'top_k', 'min_p', 'typical_p', 'repeat_penalty', 'repeat_last_n', 'mirostat', 'mirostat_tau', 'mirostat_eta',
-  'n_keep', 'ignore_eos', 'cache_prompt', 'grammar', 'json_schema', 'speculative', 'n_probs',
-]
+// Engine fields a client may send beside OpenAI's, as llama.cpp's server
+// allows: every request field of the engine (its own list) that OpenAI's
+// names do not already map. Those OpenAI shares (temperature, top_p, seed,
+// the penalties, stop) pass through the same way; the engine checks them.
+const MAPPED = new Set(['prompt', 'messages', 'logit_bias'])
+const PASSTHROUGH = requestFields.map((f) => f.name).filter((name) => !MAPPED.has(name))
 
 function isObject(v) {
   return v !== null && typeof v === 'object' && !Array.isArray(v)
@@ -39,9 +40,6 @@ function commonFields(body) {
   if (max != null) {
     if (!Number.isInteger(max) || max < 1) throw bad('max_tokens', 'max_tokens: expected a positive integer')
     req.n_predict = max
-  }
-  for (const f of ['temperature', 'top_p', 'seed', 'presence_penalty', 'frequency_penalty', 'stop']) {
-    if (body[f] != null) req[f] = body[f]
   }
   if (body.logit_bias != null) {
     if (!isObject(body.logit_bias)) throw bad('logit_bias', 'logit_bias: expected an object mapping token ids to biases')

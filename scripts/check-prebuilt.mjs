@@ -98,7 +98,7 @@ console.log(JSON.stringify({ addon: s.addon, cpuBackend: s.cpuBackend, batchInva
 function run(dir, args, code) {
   const r = spawnSync('node', [...args, code], { cwd: dir, env, encoding: 'utf8' })
   if (r.status !== 0) return { error: `${r.stdout}${r.stderr}`.trim().split('\n').slice(-5).join('\n') }
-  return JSON.parse(r.stdout.trim().split('\n').pop())
+  return { ...JSON.parse(r.stdout.trim().split('\n').pop()), stderr: r.stderr }
 }
 
 // 1. Both packages, install scripts on.
@@ -111,6 +111,7 @@ check(viaCjs.addon === platformPkg, `CommonJS: loaded ${viaCjs.addon ?? viaCjs.e
 check(typeof viaCjs.cpuBackend === 'string' && !viaCjs.cpuBackend.startsWith('none'), `CommonJS: CPU variant ${viaCjs.cpuBackend}`)
 check(viaCjs.batchInvariant === true, `CommonJS: self-check batchInvariant ${viaCjs.batchInvariant}`)
 check(viaCjs.tokens > 0, `CommonJS: completion ${JSON.stringify(viaCjs.content)}`)
+check(viaCjs.stderr === '', `nothing on stderr while loading the CPU back end, generating and disposing${viaCjs.stderr ? `: ${JSON.stringify(viaCjs.stderr.slice(0, 200))}` : ''}`)
 const viaEsm = run(a.dir, ['--input-type=module', '-e'], esm)
 check(viaEsm.addon === platformPkg && viaEsm.tokens > 0 && viaEsm.streamed === viaEsm.content, `ESM: loaded ${viaEsm.addon ?? viaEsm.error}, streamed ${JSON.stringify(viaEsm.streamed)}`)
 check(viaEsm.content === viaCjs.content, 'ESM and CommonJS give the same greedy text')

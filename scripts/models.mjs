@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Fetches / builds the test model fixtures (CONTRACT.md §1). Idempotent and
+// Fetches / builds the test model fixtures (the names the tests use). Idempotent and
 // offline once fetched: `npm run models`. Override the target directory with
 // LLAMA_ENGINE_MODELS_DIR. Node 20, no dependencies; needs python3 + pip.
 import { createHash } from 'node:crypto';

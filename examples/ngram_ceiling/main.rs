@@ -100,7 +100,7 @@ fn main() {
 // to be resolved by the Node process that loads the addon. An executable that
 // links the crate's rlib pulls in object files that also hold binding code,
 // so those symbols must exist at link time. They are never called here (this
-// program touches only `core::ngram`); each stub aborts if it ever were.
+// program touches only `core::speculation`); each stub aborts if it ever were.
 // The list is napi-sys 3.4's whole API, so new binding code links too.
 macro_rules! napi_stubs {
     ($($name:ident),* $(,)?) => {$(

@@ -2,7 +2,7 @@
 //! controller can price a draft before the first one is tried), and the
 //! self-check that bit-exact speculation rests on — the same tokens decoded
 //! one at a time and as batches give bit-identical logits at every row,
-//! also when the batch holds another sequence (`core::invariance`).
+//! also when the batch holds another sequence (`core::speculation::invariance`).
 
 use std::time::Instant;
 

@@ -18,7 +18,7 @@
 //!   `use_extra_bufts = false` turns these off but llama-cpp-2 0.1.160 does
 //!   not expose it, so the CPU device's list is emptied instead.
 //!
-//! Whatever these leave, the engine measures: `Session::calibrate` decodes
+//! Whatever these leave, the engine measures: `engine::calibrate` decodes
 //! the same tokens alone and in batches and compares the logits bit for bit
 //! (`status().batchInvariant`).
 

@@ -35,10 +35,9 @@ use crate::core::chat::{ChatMessage, ChatTemplate};
 use crate::core::error::{EngineError, Result};
 use crate::core::request::{CompletionRequest, PromptPart};
 use crate::core::speculation::ngram::NgramCache;
-pub use model::{EngineOptions, ModelInfo};
+pub use model::{EngineOptions, ModelInfo, Progress};
 pub use shared::Job;
 use shared::{NgramStore, Shared};
-pub use thread::Progress;
 
 /// What `status()` reports.
 #[derive(Debug, Clone, Default)]

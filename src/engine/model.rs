@@ -16,6 +16,9 @@ use crate::core::chat::ChatTemplate;
 use crate::core::error::{EngineError, ErrorCode, Result};
 pub use crate::core::request::options::EngineOptions;
 
+/// Reports model loading progress, 0..1.
+pub type Progress = Box<dyn FnMut(f32) + Send>;
+
 /// llama.cpp's backend initialises once per process; every engine shares it.
 /// The settings exactness needs (`ggml_setup`) are applied first, so they
 /// hold for every model and computation of the process.
@@ -55,13 +58,13 @@ pub struct ModelInfo {
     pub draft_name: Option<String>,
     /// Requests decoded together (slots).
     pub parallel: usize,
-    /// The load-time self-check (`core::invariance`): logits bit-identical
+    /// The load-time self-check (`core::speculation::invariance`): logits bit-identical
     /// alone and inside a batch, and what it found.
     pub batch_invariant: bool,
     pub batch_invariance: String,
 }
 
-pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Box<dyn FnMut(f32) + Send>>) -> Result<Arc<LlamaModel>> {
+pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Result<Arc<LlamaModel>> {
     let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: {why}"));
     let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
     if !meta.is_file() {

@@ -11,13 +11,10 @@ use std::time::Duration;
 
 use llama_cpp_2::model::LlamaModel;
 
-use super::model::{EngineOptions, ModelInfo};
+use super::model::{EngineOptions, ModelInfo, Progress};
 use super::shared::Shared;
 use super::worker::{panic_error, Models, Worker};
 use crate::core::error::{EngineError, Result};
-
-/// Reports model loading progress, 0..1.
-pub type Progress = Box<dyn FnMut(f32) + Send>;
 
 /// What the engine thread hands the handle once its models are loaded.
 pub struct Ready {

@@ -1,4 +1,4 @@
-//! `LlamaEngine.load` options (CONTRACT §2), validated before any model is
+//! `LlamaEngine.load` options, validated before any model is
 //! touched. Wire names are the JavaScript ones (camelCase).
 
 use serde_json::{Map, Value};

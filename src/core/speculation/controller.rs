@@ -10,7 +10,7 @@
 //!
 //! What a draft costs is a `StepPrice`: alone, a batch of 1 + k tokens
 //! against one; beside other requests, what k tokens add to the batch that
-//! is decoded anyway (`core::schedule`), weighed against the step's tokens
+//! is decoded anyway (`core::speculation::cost`), weighed against the step's tokens
 //! per millisecond without them — so the same draft that pays alone is left
 //! out when the batch is already large.
 
@@ -408,20 +408,12 @@ impl DraftController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::speculation::cost::fixtures::cpu_costs;
     use crate::core::speculation::cost::BatchCost;
 
     /// The price of a request alone, for every length the table knows.
     fn alone(c: &BatchCost) -> Option<StepPrice> {
         StepPrice::alone(c, c.max() - 1)
-    }
-
-    /// The batch costs measured on the 2-core reference machine (NOTES.md).
-    fn cpu_costs() -> BatchCost {
-        let mut c = BatchCost::new(17);
-        for (n, ms) in [(1, 7.9), (2, 14.5), (4, 21.0), (8, 33.5), (16, 62.0)] {
-            c.observe(n, ms);
-        }
-        c
     }
 
     #[test]

@@ -237,15 +237,17 @@ impl DraftPrices {
     }
 }
 
+/// Cost tables for the tests of this module and of those that price with it.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod fixtures {
+    use super::{BatchCost, Part};
 
-    fn p(seq: i32, tokens: usize) -> Part {
+    pub fn p(seq: i32, tokens: usize) -> Part {
         Part { seq, tokens }
     }
 
-    fn costs() -> BatchCost {
+    /// Round numbers up to 64 rows.
+    pub fn costs() -> BatchCost {
         let mut c = BatchCost::new(600);
         for (n, ms) in [(1, 10.0), (2, 15.0), (4, 24.0), (8, 40.0), (16, 70.0), (33, 140.0), (64, 260.0)] {
             c.observe(n, ms);
@@ -253,14 +255,20 @@ mod tests {
         c
     }
 
-    /// The batch costs measured on the 2-core reference machine (NOTES.md).
-    fn cpu_costs() -> BatchCost {
+    /// The batch costs measured on the 2-core reference machine (docs/benchmarks.md).
+    pub fn cpu_costs() -> BatchCost {
         let mut c = BatchCost::new(17);
         for (n, ms) in [(1, 7.9), (2, 14.5), (4, 21.0), (8, 33.5), (16, 62.0)] {
             c.observe(n, ms);
         }
         c
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{costs, cpu_costs, p};
+    use super::*;
 
     #[test]
     fn batch_cost_interpolates_and_extrapolates() {

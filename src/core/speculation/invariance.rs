@@ -6,7 +6,7 @@
 //!
 //! The engine decodes a run of tokens one at a time, as plain decoding does,
 //! then the same tokens as batches of several sizes, and compares every row
-//! (`Session::calibrate`); this module compares what came out and says what
+//! (`engine::calibrate`); this module compares what came out and says what
 //! it found. It is a sample, not a proof: a kernel whose rounding differs
 //! only for some values can pass it, which is why the test suite also
 //! compares speculative and plain decoding on real prompts.

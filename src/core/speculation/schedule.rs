@@ -95,18 +95,7 @@ pub fn prefill_chunk(left: usize, others_generating: bool, room: usize, chunk: u
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn p(seq: i32, tokens: usize) -> Part {
-        Part { seq, tokens }
-    }
-
-    fn costs() -> BatchCost {
-        let mut c = BatchCost::new(600);
-        for (n, ms) in [(1, 10.0), (2, 15.0), (4, 24.0), (8, 40.0), (16, 70.0), (33, 140.0), (64, 260.0)] {
-            c.observe(n, ms);
-        }
-        c
-    }
+    use crate::core::speculation::cost::fixtures::{costs, p};
 
     /// Expected tokens for a draft of `n` whose tokens are each accepted
     /// with chance `a` (given the ones before).

@@ -1,5 +1,5 @@
 //! The shapes that leave the engine: one `TokenEvent` per decoding step and a
-//! `CompletionResult` at the end (CONTRACT §4). Serialised once, at the
+//! `CompletionResult` at the end. Serialised once, at the
 //! boundary, with the wire names below.
 
 use serde::Serialize;

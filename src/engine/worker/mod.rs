@@ -16,10 +16,9 @@ use llama_cpp_2::model::LlamaModel;
 
 use super::calibrate::{calibrate, calibration_tokens};
 use super::draft_model::DraftContext;
-use super::model::{self, EngineOptions, ModelInfo};
+use super::model::{self, EngineOptions, ModelInfo, Progress};
 use super::shared::{Published, Shared};
 use super::slot::{KeptController, Slot, Stop};
-use super::thread::Progress;
 use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::request::CompletionRequest;
 use crate::core::speculation::cost::BatchCost;

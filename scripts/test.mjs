@@ -1,0 +1,22 @@
+// `npm test` and `npm run test:full`: makes the tree ready (dependencies, the
+// addon, the fixtures), then runs the decoding core's tests (cargo, no Node)
+// and the public API's (Jest, on the real models). `--full` runs every
+// matrix in full (all quantization types, prompts and seeds, the
+// chi-square runs): what CI runs. Extra arguments go to Jest.
+import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
+import { ensureReady } from './ensure-ready.mjs'
+import { root } from './native.mjs'
+
+const args = process.argv.slice(2)
+const full = args.includes('--full')
+const jestArgs = args.filter((a) => a !== '--full')
+
+function run(cmd, argv, env = {}) {
+  const r = spawnSync(cmd, argv, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } })
+  if (r.status !== 0) process.exit(r.status ?? 1)
+}
+
+ensureReady()
+run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
+run(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...jestArgs], full ? { LLAMA_ENGINE_TEST_FULL: '1' } : {})
