@@ -8,7 +8,7 @@
 //             adaptive, draft trees (3 branches; fixed and adaptive), auto.
 //   ngram     prompt lookup on input-grounded prompts (and two free-form
 //             ones): ngram and auto against off, and the ceiling an oracle
-//             n-gram drafter would reach (examples/ngram_ceiling.rs).
+//             n-gram drafter would reach (examples/ngram_ceiling/).
 //   parallel  several users at once: aggregate tokens/s of 1, 2, 4 and 8
 //             concurrent greedy requests against the same requests in turn,
 //             next to the limit the batch costs give (k·t1/tk), without and

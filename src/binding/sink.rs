@@ -36,12 +36,12 @@ pub type EventFn = ThreadsafeFunction<Outgoing, (), Outgoing, Status, false, fal
 pub struct JsEventSink {
     tsfn: EventFn,
     /// Whether the final `done` or `error` was sent.
-    finished: bool,
+    answered: bool,
 }
 
 impl JsEventSink {
     pub fn new(tsfn: EventFn) -> Self {
-        JsEventSink { tsfn, finished: false }
+        JsEventSink { tsfn, answered: false }
     }
 
     /// The threadsafe function a request's events go through.
@@ -78,7 +78,7 @@ impl EventSink for JsEventSink {
             Ok(result) => to_json("done", &result),
             Err(e) => Outgoing::Error(e),
         };
-        self.finished = true;
+        self.answered = true;
         self.send(out);
     }
 }
@@ -87,7 +87,7 @@ impl EventSink for JsEventSink {
 /// engine lost it, in a panic say) rejects with INTERNAL.
 impl Drop for JsEventSink {
     fn drop(&mut self) {
-        if !self.finished {
+        if !self.answered {
             self.send(Outgoing::Error(EngineError::internal("the engine lost this request (see the other rejections for why)")));
         }
     }
