@@ -56,6 +56,15 @@ export interface EngineOptions {
    */
   chatTemplate?: string
   /**
+   * How the model writes tool calls: detected from its chat template
+   * ("auto", the default: the template is rendered with probe calls and the
+   * syntax read from the difference), or one family's syntax: "hermes"
+   * (`<tool_call>{"name", "arguments"}</tool_call>`), "llama3" (a bare
+   * `{"name", "parameters"}`), "mistral" (`[TOOL_CALLS][{…, "id"}]`), or
+   * "generic" (a system preamble lists the tools; Hermes syntax).
+   */
+  toolCallFormat?: 'auto' | 'hermes' | 'llama3' | 'mistral' | 'generic'
+  /**
    * Requests decoded together, one batch per step, each in its own slot (a
    * KV stream of `contextSize` cells, so memory for the KV cache grows with
    * it); more wait in FIFO order. Default 4; 1 decodes one request at a time.
@@ -76,11 +85,44 @@ export interface ChatContentPart {
  * `tool_calls` are passed to the template as given.
  */
 export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool' | (string & {})
+  role: 'system' | 'user' | 'assistant' | 'tool'
   content: string | ChatContentPart[] | null
   name?: string
+  /** A tool result: the id of the call it answers. */
   tool_call_id?: string
-  tool_calls?: unknown[]
+  /** An assistant turn's calls (as a result's `tool_calls` has them). */
+  tool_calls?: ToolCall[]
+  /** An earlier turn's reasoning, for templates that show it. */
+  reasoning_content?: string
+}
+
+/** A function the model may call (OpenAI's shape). */
+export interface ChatTool {
+  type: 'function'
+  function: {
+    /** 1–64 letters, digits, `_`, `-` or `.`. */
+    name: string
+    description?: string
+    /** A JSON schema of the arguments (an object schema); calls are constrained to it. */
+    parameters?: Record<string, unknown>
+    strict?: boolean
+  }
+}
+
+/** A call the model made. */
+export interface ToolCall {
+  id: string
+  type: 'function'
+  /** `arguments` is a JSON text. */
+  function: { name: string; arguments: string }
+}
+
+/** A step's change to a tool call: index, id and name first, then fragments of `arguments`. */
+export interface ToolCallDelta {
+  index: number
+  id?: string
+  name?: string
+  arguments?: string
 }
 
 export type SpeculativeMode = 'auto' | 'off' | 'draft' | 'ngram' | 'ngram+draft'
@@ -135,7 +177,20 @@ export interface CompletionRequest {
   n_probs?: number
   /** GBNF grammar (at most 256 KB; repetitions up to {0,1000}; parentheses nested up to 64). When it allows no further token the request ends (`stopped_eos`). */
   grammar?: string
+  /** A JSON schema the output must match (computed by llguidance; the layout is `json.dumps`'s). */
   json_schema?: object | boolean | string
+  /** Functions the model may call (with `messages`); a call it starts is always valid JSON matching its schema. */
+  tools?: ChatTool[]
+  /** Default "auto" (free text, or calls constrained from their opener); "required" and a named function constrain from the first token. */
+  tool_choice?: 'auto' | 'none' | 'required' | { type: 'function'; function: { name: string } }
+  /** Default true: several calls in one turn. */
+  parallel_tool_calls?: boolean
+  /** The answer as JSON: `json_object` (any object), or matching `json_schema.schema`. */
+  response_format?: { type: 'text' | 'json_object' } | { type: 'json_schema'; json_schema: { name?: string; schema?: object; strict?: boolean } }
+  /** Extra variables for the chat template, e.g. `{ enable_thinking: false }`. */
+  chat_template_kwargs?: Record<string, unknown>
+  /** Default "auto": `<think>` reasoning goes to `reasoning_content`; "none" leaves it in `content`. */
+  reasoning_format?: 'auto' | 'none'
   /** Default true. */
   cache_prompt?: boolean
   speculative?: SpeculativeOptions
@@ -150,7 +205,7 @@ export interface TokenProbability {
 export interface GeneratedToken {
   id: number
   piece: string
-  source: 'target' | 'draft' | 'ngram'
+  source: 'target' | 'draft' | 'ngram' | 'grammar'
   probs?: TokenProbability[]
 }
 
@@ -159,6 +214,10 @@ export interface TokenEvent {
   /** Text safe to show: whole UTF-8 characters, stop-string prefixes held back (a character cut off by the end of generation is flushed last, as U+FFFD). */
   content: string
   tokens: GeneratedToken[]
+  /** Reasoning text of this step (chat answers of models that think; not in `content`). */
+  reasoning?: string
+  /** Tool-call deltas of this step (markup never reaches `content`). */
+  tool_calls?: ToolCallDelta[]
   /** Drafted in this step. */
   n_drafted: number
   /** Accepted in this step. */
@@ -211,6 +270,12 @@ export interface CompletionResult {
   speculative: SpeculativeStats
   /** When n_probs > 0: the legacy `[{ content, probs: [{ tok_str, prob }] }]`. */
   completion_probabilities?: Array<{ content: string; probs: Array<{ tok_str: string; prob: number }> }>
+  /** The calls the model made (present only when it made some); `content` holds the text outside them. */
+  tool_calls?: ToolCall[]
+  /** The model's reasoning, apart from `content` (with `reasoning_format` "auto"). */
+  reasoning_content?: string
+  /** The turn ended with tool calls (OpenAI's `finish_reason: "tool_calls"`). */
+  stopped_tool_calls: boolean
 }
 
 export type DoneEvent = { type: 'done' } & CompletionResult
@@ -260,6 +325,8 @@ export interface EngineStatus {
   /** Measured cost (ms) of one draft-model step. */
   draftStepMs?: number | null
   ngramCache?: { dynamicEntries: number; staticEntries: number; errors: string[] }
+  /** How the model writes tool calls (detected or `toolCallFormat`); null without a chat template. */
+  toolCallFormat?: 'hermes' | 'llama3' | 'mistral' | 'generic' | 'learned' | null
 }
 
 export declare class LlamaEngine {
@@ -267,8 +334,16 @@ export declare class LlamaEngine {
   static load(options: EngineOptions): Promise<LlamaEngine>
   tokenize(text: string, options?: { addBos?: boolean; special?: boolean }): number[]
   detokenize(tokens: number[]): string
-  /** The prompt a request with these `messages` evaluates (sync). */
-  applyChatTemplate(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string
+  /**
+   * The prompt a chat request with these `messages` (and these template
+   * fields of the request: its tools, template variables) evaluates (sync).
+   */
+  applyChatTemplate(
+    messages: ChatMessage[],
+    options?: {
+      addGenerationPrompt?: boolean
+    } & Pick<CompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls' | 'chat_template_kwargs'>,
+  ): string
   complete(
     request: CompletionRequest | string,
     onEvent?: ((event: CompletionEvent) => void) | null,

@@ -15,6 +15,8 @@ const CODES = new Set(errorCodes)
 
 /** The request fields this version accepts: name, type, kind, range, default, doc. */
 const requestFields = Object.freeze(native.binding.requestFields())
+// The request fields that reach a chat template besides `messages`.
+const TEMPLATE_FIELDS = ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']
 
 // Errors raised here, before anything reaches the addon.
 function engineError(code, message) {
@@ -130,20 +132,26 @@ class LlamaEngine {
 
   /**
    * The prompt a chat request with these `messages` evaluates: the model's
-   * chat template (or `chatTemplate` from load) rendered with them.
+   * chat template (or `chatTemplate` from load) rendered with them and, when
+   * given, the request's `tools`, `tool_choice`, `parallel_tool_calls` and
+   * `chat_template_kwargs` (with the generic tool format, the tool preamble).
    */
   applyChatTemplate(messages, options = {}) {
     this.#check()
     if (options === null || typeof options !== 'object') throw engineError('INVALID_REQUEST', 'options: expected an object')
-    const { addGenerationPrompt = true } = options
+    const { addGenerationPrompt = true, ...fields } = options
     if (typeof addGenerationPrompt !== 'boolean') throw engineError('INVALID_REQUEST', 'addGenerationPrompt: expected a boolean')
+    const unknown = Object.keys(fields).find((k) => !TEMPLATE_FIELDS.includes(k))
+    if (unknown !== undefined) {
+      throw engineError('INVALID_REQUEST', `options.${unknown}: not an option of applyChatTemplate (addGenerationPrompt, ${TEMPLATE_FIELDS.join(', ')})`)
+    }
+    if (!Array.isArray(messages)) throw engineError('INVALID_REQUEST', 'messages: expected an array of messages')
     let json
     try {
-      json = JSON.stringify(messages, replacer)
+      json = JSON.stringify({ ...fields, messages }, replacer)
     } catch (e) {
       throw engineError('INVALID_REQUEST', `messages: cannot be serialised (${e.message})`)
     }
-    if (json === undefined) throw engineError('INVALID_REQUEST', 'messages: expected an array of messages')
     try {
       return this.#native.applyChatTemplate(json, addGenerationPrompt)
     } catch (e) {

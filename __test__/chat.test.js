@@ -40,7 +40,17 @@ describe('SmolLM2 with the template in its GGUF', () => {
     // Text parts are joined; extra fields and roles pass through to the template.
     const parts = [{ role: 'user', content: [{ type: 'text', text: 'Hello, ' }, { type: 'text', text: 'world' }], name: 'ann' }]
     expect(engine.applyChatTemplate(parts)).toBe(`${SMOL_SYSTEM}<|im_start|>user\nHello, world<|im_end|>\n<|im_start|>assistant\n`)
-    expect(engine.applyChatTemplate([{ role: 'tool', content: '42' }], { addGenerationPrompt: false })).toBe(`${SMOL_SYSTEM}<|im_start|>tool\n42<|im_end|>\n`)
+    // Its template has no tool turn: tool results come as user turns (the generic tool format).
+    expect(engine.applyChatTemplate([{ role: 'tool', content: '42' }], { addGenerationPrompt: false })).toBe(
+      `${SMOL_SYSTEM}<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n`,
+    )
+    // With tools, the generic format's preamble is the system turn.
+    const tools = [{ type: 'function', function: { name: 'add', description: 'Adds.', parameters: { type: 'object', properties: { a: { type: 'number' } } } } }]
+    const withTools = engine.applyChatTemplate(parts, { tools })
+    expect(withTools).toMatch(/^<\|im_start\|>system\n[^]*"name": ?"add"[^]*<\|im_end\|>\n<\|im_start\|>user\nHello, world/)
+    expect(engine.applyChatTemplate(parts, { tools, tool_choice: 'none' })).toBe(engine.applyChatTemplate(parts))
+    expect(() => engine.applyChatTemplate(parts, { tools: 5 })).toThrow(expect.objectContaining({ code: 'INVALID_REQUEST' }))
+    expect(() => engine.applyChatTemplate(parts, { temperature: 1 })).toThrow(/options\.temperature: not an option/)
   })
 
   test('messages evaluate what applyChatTemplate renders, and generation stops at the end of turn without leaking it', async () => {
@@ -134,10 +144,22 @@ describe('chatTemplate at load', () => {
       expect(eot).toHaveLength(1)
       const forced = await e.complete({ messages, n_predict: 8, temperature: 0, logit_bias: [[eot[0], 100]] })
       expect(forced).toMatchObject({ content: '', stopped_eos: true })
-      // Its own exception for a role it refuses.
+      // A template that knows no tool role gets tool results as user turns
+      // (the generic tool-calling fallback), not its exception.
+      expect(e.applyChatTemplate([{ role: 'tool', tool_call_id: 'a', content: 'x' }])).toBe(
+        '<bos><start_of_turn>user\n<tool_response>\nx\n</tool_response><end_of_turn>\n<start_of_turn>model\n',
+      )
+      // Its own exception for what it refuses.
+      const strict = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 256, threads: 2, chatTemplate: GEMMA_TEMPLATE.replace("['user', 'assistant']", "['user']") })
+      await expect(strict.complete({ messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: 'y' }] })).rejects.toMatchObject({
+        code: 'INVALID_REQUEST',
+        message: 'messages: the chat template rejected them: gemma turns are user or assistant, not assistant',
+      })
+      await strict.dispose()
+      // A role no chat has is refused before any template sees it.
       await expect(e.complete({ messages: [{ role: 'robot', content: 'x' }] })).rejects.toMatchObject({
         code: 'INVALID_REQUEST',
-        message: 'messages: the chat template rejected them: gemma turns are user or assistant, not robot',
+        message: expect.stringMatching(/^messages\[0\]\.role: expected "system", "user", "assistant" or "tool", got "robot"/),
       })
       // A template without {{ bos_token }} gets the model's BOS added.
       const plain = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 256, threads: 2, chatTemplate: '{% for m in messages %}{{ m.content }}{% endfor %}' })

@@ -125,7 +125,7 @@ describe('OpenAI API with the official client', () => {
       [{ model: MODEL, messages, n: 2 }, 'n'],
       [{ model: MODEL, messages: [{ role: 'user', content: 5 }] }, 'messages[0].content'],
       [{ model: MODEL, messages, top_p: 7 }, 'top_p'],
-      [{ model: MODEL, messages, response_format: { type: 'xml' } }, 'response_format'],
+      [{ model: MODEL, messages, response_format: { type: 'xml' } }, 'response_format.type'],
     ]) {
       const err = await client.chat.completions.create(body).catch((e) => e)
       expect(err).toBeInstanceOf(OpenAI.BadRequestError)

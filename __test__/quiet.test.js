@@ -33,14 +33,21 @@ async function attempt(name, fn) {
   await attempt('bad json_schema', () => engine.complete({ ...base, prompt: 'x', json_schema: { type: 'object', properties: { a: { $ref: '#/nowhere' } } } }))
   await attempt('bad template', () => LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, chatTemplate: '{% if %}' }))
   await attempt('missing model', () => LlamaEngine.load({ modelPath: '/nonexistent.gguf' }))
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'] } } }]
+  await attempt('tools', () => engine.complete({ ...base, messages: [{ role: 'user', content: 'Weather in Oslo?' }], tools, tool_choice: 'required' }))
+  await attempt('response_format', () => engine.complete({ ...base, messages: [{ role: 'user', content: 'JSON' }], response_format: { type: 'json_object' } }))
+  await attempt('bad tool schema', () => engine.complete({ ...base, messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'strin' } } } } }] }))
+  await attempt('panic', () => engine.complete({ ...base, prompt: '__llama_engine_panic__' }))
   await attempt('n-gram cache', () => engine.saveNgramCache(${JSON.stringify(path.join(os.tmpdir(), `quiet-${process.pid}.lcd`))}))
   await engine.dispose()
   process.stdout.write(JSON.stringify(outcomes))
 })().catch((e) => { process.stdout.write(JSON.stringify({ failed: String(e && e.stack || e) })) })
 `
 
-test('nothing reaches stdout or stderr but what the host writes: load, requests, bad grammars and schemas, dispose', () => {
-  const child = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 120_000 })
+test('nothing reaches stdout or stderr but what the host writes: load, requests, tools, bad grammars and schemas, a panic, dispose', () => {
+  const env = { ...process.env, LLAMA_ENGINE_FAULT_INJECTION: '1' }
+  delete env.LLAMA_ENGINE_LOG // the debug option that lets llama.cpp's log through
+  const child = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 120_000, env })
   const { stdout, stderr } = child
   expect({ status: child.status, stdoutStart: stdout.slice(0, 2) }).toEqual({ status: 0, stdoutStart: '[[' })
   const outcomes = JSON.parse(stdout)
@@ -59,5 +66,10 @@ test('nothing reaches stdout or stderr but what the host writes: load, requests,
   expect(byName['bad template'].code).toBe('INVALID_REQUEST')
   expect(byName['missing model'].code).toBe('MODEL_LOAD_FAILED')
   expect(byName['n-gram cache'].code).toBe('ok')
+  expect(byName.tools.code).toBe('ok')
+  expect(byName.response_format.code).toBe('ok')
+  expect(byName['bad tool schema']).toMatchObject({ code: 'INVALID_REQUEST', message: expect.stringMatching(/^tools\[0\]\.function\.parameters\.properties\.a: cannot be compiled/) })
+  // A panic on the engine thread is an INTERNAL rejection with its message, and prints nothing.
+  expect(byName.panic).toMatchObject({ code: 'INTERNAL', message: expect.stringContaining('fault injected') })
   expect(stderr).toBe('')
 })

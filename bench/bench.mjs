@@ -9,6 +9,11 @@
 //   ngram     prompt lookup on input-grounded prompts (and two free-form
 //             ones): ngram and auto against off, and the ceiling an oracle
 //             n-gram drafter would reach (examples/ngram_ceiling/).
+//   structured schema-constrained JSON (fixed keys, nested objects, enums)
+//             and a tool call, and free text: off vs auto, where the grammar
+//             drafter proposes what the constraint forces; the share of
+//             tokens it drafted; the mask's cost per token, llguidance vs
+//             llama.cpp's GBNF sampler on the same schema (examples/mask_cost/).
 //   parallel  several users at once: aggregate tokens/s of 1, 2, 4 and 8
 //             concurrent greedy requests against the same requests in turn,
 //             next to the limit the batch costs give (k·t1/tk), without and
@@ -24,7 +29,7 @@
 //             alternating processes. In the default list when the prebuilt
 //             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,parallel,tiled[,prebuilt]),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,structured,parallel,tiled[,prebuilt]),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -48,7 +53,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../native-loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,ngram,parallel,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,ngram,structured,parallel,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -521,6 +526,111 @@ const promptTps = (x) => x.prompt_tps
 
 // tiled: the cost of turning ggml's tiled K-quant mat-mul off. ggml reads
 // GGML_CPU_TILED_MM once per process.
+// ---------------------------------------------------------------------------
+// structured: schema-constrained output and tool calls, where the grammar
+// drafter proposes what the constraint forces.
+
+const PERSON = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', maxLength: 16 },
+    age: { type: 'integer', minimum: 0, maximum: 120 },
+    city: { type: 'string', enum: ['Paris', 'London', 'Tokyo', 'New York'] },
+    languages: { type: 'array', items: { type: 'string', enum: ['English', 'French', 'Japanese'] }, maxItems: 3 },
+  },
+  required: ['name', 'age', 'city', 'languages'],
+  additionalProperties: false,
+}
+const ORDER = {
+  type: 'object',
+  properties: {
+    order_id: { type: 'string', pattern: '^[A-Z]{2}[0-9]{4}$' },
+    status: { type: 'string', enum: ['pending', 'shipped', 'delivered', 'cancelled'] },
+    shipping: { type: 'object', properties: { street: { type: 'string', maxLength: 24 }, city: { type: 'string', maxLength: 16 }, country: { type: 'string', enum: ['FR', 'GB', 'JP', 'US'] } }, required: ['street', 'city', 'country'], additionalProperties: false },
+    items: {
+      type: 'array',
+      items: { type: 'object', properties: { sku: { type: 'string', maxLength: 8 }, quantity: { type: 'integer', minimum: 1, maximum: 9 }, gift_wrap: { type: 'boolean' } }, required: ['sku', 'quantity', 'gift_wrap'], additionalProperties: false },
+      minItems: 1,
+      maxItems: 3,
+    },
+  },
+  required: ['order_id', 'status', 'shipping', 'items'],
+  additionalProperties: false,
+}
+const SETTINGS = {
+  type: 'object',
+  properties: Object.fromEntries(
+    ['theme', 'language', 'notifications', 'privacy', 'font_size', 'autosave'].map((k, i) => [
+      k,
+      { type: 'string', enum: [['light', 'dark', 'system'], ['english', 'french', 'german'], ['all', 'mentions', 'none'], ['public', 'friends', 'private'], ['small', 'medium', 'large'], ['on', 'off']][i] },
+    ]),
+  ),
+  required: ['theme', 'language', 'notifications', 'privacy', 'font_size', 'autosave'],
+  additionalProperties: false,
+}
+const WEATHER_TOOL = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The current weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 20 }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] }, include_forecast: { type: 'boolean' } }, required: ['city', 'unit', 'include_forecast'], additionalProperties: false },
+  },
+}
+const STRUCTURED = [
+  ['fixed keys', { ...chat('Describe a person as JSON.'), response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON } } }, PERSON],
+  ['nested objects', { ...chat('Write an example order as JSON.'), response_format: { type: 'json_schema', json_schema: { name: 'order', schema: ORDER } } }, ORDER],
+  ['enums', { ...chat('Give my app settings as JSON.'), response_format: { type: 'json_schema', json_schema: { name: 'settings', schema: SETTINGS } } }, SETTINGS],
+  ['a tool call', { ...chat('What is the weather in Paris?'), tools: [WEATHER_TOOL], tool_choice: 'required', parallel_tool_calls: false }, null],
+  ['free text', FREE_PROMPTS[0], null],
+]
+
+if (sections.has('structured')) {
+  console.log('\n## structured output: off vs auto (the grammar drafter first in the chain), Q4_1, greedy')
+  const since = Date.now()
+  execFileSync('cargo', ['build', '--release', '--example', 'mask_cost'], { cwd: root, stdio: 'ignore' })
+  const maskBin = join(root, 'target', 'release', 'examples', 'mask_cost')
+  const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: CONTEXT, threads: THREADS })
+  const t1 = engine.status().batchCostMs[1]
+  const one = async (input, mode) => {
+    const r = await engine.complete({ ...input, n_predict: N, temperature: 0, cache_prompt: false, speculative: { mode } })
+    const g = r.speculative.drafters.grammar ?? { n_accepted: 0 }
+    return { tps: r.timings.predicted_per_second, n: r.tokens_predicted, grammar: g.n_accepted, content: r.content, calls: r.tool_calls }
+  }
+  const rows = []
+  for (const [name, input, schema] of STRUCTURED) {
+    await one(input, 'off') // warm: the constraint compiles once
+    const off = []
+    const auto = []
+    for (let r = 0; r < REPEATS; r++) {
+      off.push(await one(input, 'off'))
+      auto.push(await one(input, 'auto'))
+    }
+    const paired = auto.map((a, i) => a.tps / off[i].tps)
+    let mask = null
+    if (schema) {
+      const out = JSON.parse(execFileSync(maskBin, [TARGET, JSON.stringify(schema), off[0].content]).toString().trim())
+      mask = out
+    }
+    rows.push({
+      output: name,
+      tokens: off[0].n,
+      'off t/s': fmt(median(off.map((x) => x.tps))),
+      'auto t/s': fmt(median(auto.map((x) => x.tps))),
+      'auto/off': `${fmt(median(paired), 2)} (${fmt(Math.min(...paired), 2)}–${fmt(Math.max(...paired), 2)})`,
+      'grammar-drafted': pct(median(auto.map((x) => x.grammar / x.n))),
+      'same output': auto.every((a) => a.content === off[0].content && JSON.stringify(a.calls?.map((c) => c.function)) === JSON.stringify(off[0].calls?.map((c) => c.function))),
+      'llguidance µs/token': mask ? `${fmt(mask.llguidance_us.p50, 0)} (mean ${fmt(mask.llguidance_us.mean, 0)})` : '-',
+      'GBNF µs/token': mask ? `${fmt(mask.gbnf_us.p50, 0)} (mean ${fmt(mask.gbnf_us.mean, 0)})` : '-',
+      'mask / step': mask && t1 ? pct(mask.llguidance_us.mean / 1000 / t1) : '-',
+    })
+  }
+  table(rows, Object.keys(rows[0]))
+  console.log(`auto/off = median (min–max) of ${REPEATS} runs, each against the off run just before it; grammar-drafted = tokens the grammar drafter proposed and the target accepted; µs/token = computing the mask and masking the whole vocabulary (median, mean); mask / step = llguidance's mean against one decode step (t1 ${fmt(t1)} ms)`)
+  results.structured = rows
+  await engine.dispose()
+  console.log(`(structured section: ${elapsed(since)})`)
+}
+
 if (sections.has('tiled')) {
   const since = Date.now()
   console.log('\n## tiled: exactness cost on K-quant models (tiled K-quant mat-mul off = engine default, on = GGML_CPU_TILED_MM=1)')

@@ -56,6 +56,8 @@ const OPTIONS = {
   'chat-template': { type: 'string' },
   prompt: { type: 'string', short: 'p' },
   json: { type: 'boolean' },
+  'json-schema': { type: 'string' },
+  'tool-call-format': { type: 'string' },
   'no-color': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 }
@@ -91,6 +93,10 @@ Prompt and output:
                             (the whole history is kept and its KV cache reused);
                             Ctrl-C stops the answer being written, Ctrl-D quits
       --chat-template FILE  a Jinja chat template to use instead of the GGUF's
+      --tools FILE          tools the model may call (a JSON file, or JSON inline); the
+                            calls are printed as JSON lines after the answer
+      --json-schema FILE    the answer as JSON matching this schema (a file, or inline)
+      --tool-call-format F  auto | hermes | llama3 | mistral | generic (default: from the template)
       --json                print every event as one JSON line on stdout (the last is "done")
       --no-color            do not colour tokens by source (also: NO_COLOR=1)
   -h, --help                this help
@@ -115,6 +121,24 @@ function number(flag, text, kind) {
   return value
 }
 
+/** A structured value: JSON given inline, or the JSON file it names (`--tools tools.json`). */
+function jsonOrFile(flag, text) {
+  const inline = /^\s*[[{"]/.test(text) || /^\s*(true|false|null|-?\d)/.test(text)
+  let source = text
+  if (!inline) {
+    try {
+      source = readFileSync(text, 'utf8')
+    } catch (e) {
+      throw new UsageError(`--${flag}: cannot read ${text} (${e.code || e.message})`)
+    }
+  }
+  try {
+    return JSON.parse(source)
+  } catch (e) {
+    throw new UsageError(`--${flag}: ${inline ? '' : `${text} is `}not valid JSON (${e.message})`)
+  }
+}
+
 /** A field's value from its flag, converted by the field's kind (ranges are the engine's to check). */
 function fieldValue(flag, f, v) {
   if (f.kind === 'bool') {
@@ -132,11 +156,11 @@ function fieldValue(flag, f, v) {
       return text
     case 'other':
       if (f.name === 'stop') return text
-      try {
-        return JSON.parse(text)
-      } catch (e) {
-        throw new UsageError(`--${flag}: not valid JSON (${e.message})`)
+      // --tool_choice auto|none|required, or the name of one function.
+      if (f.name === 'tool_choice' && !/^\s*[{"]/.test(text)) {
+        return ['auto', 'none', 'required'].includes(text) ? text : { type: 'function', function: { name: text } }
       }
+      return jsonOrFile(flag, text)
     default:
       return text
   }
@@ -186,12 +210,17 @@ export function parseCli(argv, env = process.env) {
     if (value !== undefined) speculative[f.name] = value
   }
   if (Object.keys(speculative).length > 0) request.speculative = speculative
+  if (v['json-schema'] !== undefined) request.json_schema = jsonOrFile('json-schema', v['json-schema'])
+  if ((request.tools || request.tool_choice) && !v.chat && v.system === undefined && !v.interactive) {
+    throw new UsageError('--tools and --tool_choice go with a chat: add --chat (or --system, --interactive)')
+  }
 
   const modelsDir = env.LLAMA_ENGINE_MODELS_DIR || join(ROOT, 'models')
   const load = { modelPath: v.model !== undefined ? resolve(v.model) : join(modelsDir, DEFAULT_MODEL) }
   if (v.draft !== undefined) load.draftModelPath = resolve(v.draft)
   if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
+  if (v['tool-call-format'] !== undefined) load.toolCallFormat = v['tool-call-format']
   if (v['chat-template'] !== undefined) {
     try {
       load.chatTemplate = readFileSync(v['chat-template'], 'utf8')
@@ -358,6 +387,8 @@ export async function main(argv = process.argv.slice(2)) {
     const onEvent = (event) => {
       if (cli.json) return write(JSON.stringify(event) + '\n')
       if (event.type !== 'token') return
+      // Reasoning goes to stderr, so stdout stays the answer.
+      if (event.reasoning) stderr.write(color ? `\x1b[2m${event.reasoning}\x1b[0m` : event.reasoning)
       // Colour per token only when the pieces are exactly the printable text;
       // otherwise (held-back stop-string prefix, split UTF-8) print content as is.
       if (color && event.tokens.map((t) => t.piece).join('') === event.content) {
@@ -380,6 +411,11 @@ export async function main(argv = process.argv.slice(2)) {
     }
     // Keep the terminal prompt off the last line; piped output stays exactly the content.
     if (!cli.json && stdout.isTTY && result.content && !result.content.endsWith('\n')) write('\n')
+    // Tool calls, one JSON line each, after the answer.
+    if (!cli.json && result.tool_calls) {
+      if (result.content && !result.content.endsWith('\n')) write('\n')
+      for (const call of result.tool_calls) write(JSON.stringify({ tool_call: call }) + '\n')
+    }
     // A blank line first, so the summary stands apart when stderr and stdout share a terminal or pipe.
     stderr.write((cli.json ? '' : '\n') + summary(result, { signal: signal ?? (stdoutClosed ? 'stdout closed' : null), color: color && Boolean(stderr.isTTY) }))
     return signal ? SIGNAL_EXIT[signal] : 0

@@ -45,26 +45,18 @@ function commonFields(body) {
     if (!isObject(body.logit_bias)) throw bad('logit_bias', 'logit_bias: expected an object mapping token ids to biases')
     req.logit_bias = body.logit_bias
   }
-  const format = body.response_format
-  if (format != null) {
-    if (!isObject(format)) throw bad('response_format', 'response_format: expected an object with a type')
-    if (format.type === 'json_object') req.json_schema = { type: 'object' }
-    else if (format.type === 'json_schema') {
-      const schema = format.json_schema?.schema
-      if (!isObject(schema) && typeof schema !== 'boolean') throw bad('response_format', 'response_format.json_schema.schema: expected a JSON schema')
-      req.json_schema = schema
-    } else if (format.type !== 'text') {
-      throw bad('response_format', `response_format.type: expected "text", "json_object" or "json_schema", got ${JSON.stringify(format.type)}`)
-    }
-  }
   for (const f of PASSTHROUGH) if (body[f] != null && req[f] == null) req[f] = body[f]
   return req
 }
 
-/** POST /v1/chat/completions body -> engine request. */
+/**
+ * POST /v1/chat/completions body -> engine request. Tools, `tool_choice`,
+ * `parallel_tool_calls`, `response_format`, `chat_template_kwargs` and
+ * `reasoning_format` are the engine's own fields: they pass through, and the
+ * engine checks them (a bad one is a 400 naming it).
+ */
 export function chatRequest(body) {
   if (!Array.isArray(body.messages)) throw bad('messages', 'messages: expected an array of { role, content } messages')
-  if (body.tools != null && body.tools.length > 0) throw bad('tools', 'tools: tool calling is not supported')
   return { messages: body.messages, ...commonFields(body) }
 }
 
@@ -86,7 +78,44 @@ export function completionRequest(body) {
 
 /** OpenAI's finish_reason for an engine result. */
 export function finishReason(result) {
+  if (result.stopped_tool_calls) return 'tool_calls'
   return result.stopped_limit ? 'length' : 'stop'
+}
+
+/** The assistant message of a chat result: `content` null when it only calls tools. */
+export function chatMessage(result) {
+  const message = { role: 'assistant', content: result.content }
+  if (result.tool_calls) {
+    message.tool_calls = result.tool_calls
+    if (result.content === '') message.content = null
+  }
+  if (result.reasoning_content != null) message.reasoning_content = result.reasoning_content
+  return message
+}
+
+/**
+ * The delta of one token event: content, `reasoning_content`, and tool-call
+ * deltas in the shape the official client's stream helpers assemble (the
+ * first delta of a call carries its index, id, type and name; the next ones
+ * fragments of its arguments). `null` when the event adds nothing.
+ */
+export function chatDelta(event) {
+  const delta = {}
+  if (event.content) delta.content = event.content
+  if (event.reasoning) delta.reasoning_content = event.reasoning
+  if (event.tool_calls?.length) {
+    delta.tool_calls = event.tool_calls.map((t) => {
+      const call = { index: t.index }
+      if (t.id != null) Object.assign(call, { id: t.id, type: 'function' })
+      if (t.name != null || t.arguments != null) {
+        call.function = {}
+        if (t.name != null) call.function.name = t.name
+        call.function.arguments = t.arguments ?? ''
+      }
+      return call
+    })
+  }
+  return Object.keys(delta).length ? delta : null
 }
 
 export function usage(result) {
@@ -106,7 +135,7 @@ export function chatCompletion(head, result) {
   return {
     ...head,
     object: 'chat.completion',
-    choices: [{ index: 0, message: { role: 'assistant', content: result.content }, logprobs: null, finish_reason: finishReason(result) }],
+    choices: [{ index: 0, message: chatMessage(result), logprobs: null, finish_reason: finishReason(result) }],
     usage: usage(result),
   }
 }

@@ -163,15 +163,16 @@ async function openaiCompletion(kind, engine, req, res) {
   }
   const write = eventStream(res)
   const chunk = kind === 'chat' ? (fields) => openai.chatChunk(head, fields) : (fields) => openai.textChunk(head, fields)
-  const piece = (text) => (kind === 'chat' ? { delta: { content: text } } : { text })
   let first = true
   const result = await engine.complete(
     request,
     (event) => {
-      if (event.type !== 'token' || event.content === '') return
+      if (event.type !== 'token') return
+      const fields = kind === 'chat' ? { delta: openai.chatDelta(event) } : { text: event.content }
+      if (!fields.delta && !fields.text) return
       if (first && kind === 'chat') write(chunk({ delta: { role: 'assistant', content: '' } }))
       first = false
-      write(chunk(piece(event.content)))
+      write(chunk(fields))
     },
     signal,
   )
@@ -269,6 +270,7 @@ async function serve() {
         threads: { type: 'string', short: 't' },
         'api-key': { type: 'string' },
         'chat-template': { type: 'string' },
+        'tool-call-format': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -294,6 +296,7 @@ async function serve() {
   if (values['ctx-size'] !== undefined) options.contextSize = integer('ctx-size', values['ctx-size'])
   if (values.threads !== undefined) options.threads = integer('threads', values.threads)
   if (values['chat-template'] !== undefined) options.chatTemplate = readFileSync(values['chat-template'], 'utf8')
+  if (values['tool-call-format'] !== undefined) options.toolCallFormat = values['tool-call-format']
   const apiKey = values['api-key'] ?? process.env.LLAMA_ENGINE_API_KEY
   const port = integer('port', values.port ?? process.env.PORT ?? '8080')
   const host = values.host ?? '127.0.0.1'

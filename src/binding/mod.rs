@@ -14,7 +14,6 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use serde_json::{json, Value};
 
-use crate::core::chat::parse_messages;
 use crate::core::error::{EngineError, ErrorCode, Result as EngineResult};
 use crate::core::request::fields::request_fields_json;
 use crate::core::request::options::{parse_engine_options, EngineOptions};
@@ -180,18 +179,21 @@ impl NativeEngine {
         let request =
             or_throw(env, if self.engine.is_closed() { Err(EngineError::disposed()) } else { parse_request_json(&request_json, &limits) })?;
         let mut request = request;
-        or_throw(env, self.engine.render_messages(&mut request))?;
+        or_throw(env, self.engine.prepare(&mut request))?;
         let tsfn = JsEventSink::function(&on_event)?;
         let id = self.engine.next_job_id();
         self.engine.submit(Job { id, request, sink: Box::new(JsEventSink::new(tsfn)), cancel: Arc::new(AtomicBool::new(false)) });
         Ok(id as f64)
     }
 
-    /// Renders chat messages (JSON) with the engine's chat template.
+    /// Renders a chat request's messages (JSON: `messages` and the fields that
+    /// reach the template, e.g. `tools`) with the engine's chat template.
     #[napi(catch_unwind)]
-    pub fn apply_chat_template(&self, env: &Env, messages_json: String, add_generation_prompt: bool) -> Result<String> {
-        let messages = or_throw(env, parse_json(&messages_json, "messages").and_then(|v| parse_messages(&v, "messages")))?;
-        or_throw(env, self.engine.apply_chat_template(&messages, add_generation_prompt))
+    pub fn apply_chat_template(&self, env: &Env, request_json: String, add_generation_prompt: bool) -> Result<String> {
+        let info = self.engine.info();
+        let limits = RequestLimits { n_vocab: info.n_vocab, n_ctx: info.n_ctx };
+        let request = or_throw(env, parse_request_json(&request_json, &limits))?;
+        or_throw(env, self.engine.apply_chat_template(&request, add_generation_prompt))
     }
 
     /// Aborts one request, queued or running.
@@ -227,6 +229,7 @@ impl NativeEngine {
             "batchInvariant": info.batch_invariant,
             "batchInvariance": info.batch_invariance,
             "cpuBackend": crate::engine::ggml_setup::cpu_backend(),
+            "toolCallFormat": self.engine.chat_format().map(|f| f.tools.family.as_str()),
             "tokensCached": st.tokens_cached,
             "batchCostMs": st.batch_cost_ms,
             "draftStepMs": st.draft_step_ms,
@@ -271,4 +274,19 @@ pub fn error_codes() -> Vec<&'static str> {
 #[napi(ts_return_type = "Record<string, unknown>[]")]
 pub fn request_fields() -> Value {
     request_fields_json()
+}
+
+/// Panics are caught (on the engine thread, at the N-API boundary) and
+/// become `INTERNAL` errors that carry their message: nothing is printed,
+/// unless `LLAMA_ENGINE_LOG` is set. Installed when the addon loads, before
+/// anything (llguidance chains its own hook onto this one) can panic.
+#[cfg(not(test))]
+#[napi_derive::module_init]
+fn quiet_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::env::var_os("LLAMA_ENGINE_LOG").is_some() {
+            default(info)
+        }
+    }));
 }

@@ -6,6 +6,7 @@
 //! - `shared.rs`: what the handle and the engine thread share (the queue,
 //!   the n-gram caches, published status);
 //! - `thread.rs`: the engine thread's life: load, admit, step, exit;
+//! - `chat.rs`: chat requests rendered and their output planned;
 //! - `worker/`: the engine thread's state and the phases of one step;
 //! - `slot.rs`: a slot's KV stream and the request generating in it;
 //! - `sampler.rs`: a request's sampler chain;
@@ -14,6 +15,7 @@
 //! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings.
 
 mod calibrate;
+pub mod chat;
 pub mod draft_model;
 pub mod ggml_setup;
 pub mod model;
@@ -31,10 +33,11 @@ use std::thread::JoinHandle;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
-use crate::core::chat::{ChatMessage, ChatTemplate};
+use crate::core::chat::format::ChatFormat;
 use crate::core::error::{EngineError, Result};
-use crate::core::request::{CompletionRequest, PromptPart};
+use crate::core::request::CompletionRequest;
 use crate::core::speculation::ngram::NgramCache;
+use chat::Chat;
 pub use model::{EngineOptions, ModelInfo, Progress};
 pub use shared::Job;
 use shared::{NgramStore, Shared};
@@ -67,7 +70,7 @@ pub struct Engine {
     /// Why a configured n-gram cache file could not be used (the engine works without it).
     ngram_errors: Vec<String>,
     /// What `messages` are rendered with (see `model::chat_template`).
-    chat: Option<std::result::Result<ChatTemplate, String>>,
+    chat: Option<std::result::Result<Chat, String>>,
 }
 
 impl Engine {
@@ -78,6 +81,7 @@ impl Engine {
         let shared = Arc::new(Shared::new(ngram));
         let ngram_path = opts.ngram_cache_path.clone();
         let chat_override = opts.chat_template.clone();
+        let tool_format = opts.tool_call_format;
         let ready = thread::start(opts, progress, shared.clone())?;
         let chat = model::chat_template(&ready.model, chat_override.as_deref());
         let mut engine = Engine {
@@ -92,7 +96,7 @@ impl Engine {
         };
         match chat {
             Ok(chat) => {
-                engine.chat = chat;
+                engine.chat = chat.map(|c| c.map(|(template, source)| Chat::new(template, &source, tool_format)));
                 Ok(engine)
             }
             Err(e) => {
@@ -108,10 +112,10 @@ impl Engine {
         &self.info
     }
 
-    /// Renders chat messages with the engine's chat template.
-    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+    /// The chat template and formats, or why `messages` cannot be used.
+    fn chat(&self) -> Result<&Chat> {
         match &self.chat {
-            Some(Ok(template)) => template.render(messages, add_generation_prompt, "messages"),
+            Some(Ok(chat)) => Ok(chat),
             Some(Err(why)) => Err(EngineError::invalid(
                 "messages",
                 format!("the model's chat template (tokenizer.chat_template) cannot be used ({why}); load the engine with the chatTemplate option"),
@@ -123,14 +127,25 @@ impl Engine {
         }
     }
 
-    /// Turns a chat request's `messages` into its prompt, rendered here (on
-    /// the caller's thread) so that a template error rejects the request
-    /// before it is queued.
-    pub fn render_messages(&self, request: &mut CompletionRequest) -> Result<()> {
-        if let Some(messages) = &request.messages {
-            request.prompt = vec![PromptPart::Chat(self.apply_chat_template(messages, true)?)];
-        }
-        Ok(())
+    /// What the engine learnt of its chat template (for `status()`).
+    pub fn chat_format(&self) -> Option<&ChatFormat> {
+        self.chat.as_ref().and_then(|c| c.as_ref().ok()).map(|c| &c.format)
+    }
+
+    /// Renders chat messages with the engine's chat template.
+    /// The text a chat request renders to: its `messages` with its tools
+    /// and template variables (the other fields play no part).
+    pub fn apply_chat_template(&self, request: &CompletionRequest, add_generation_prompt: bool) -> Result<String> {
+        let messages = request.messages.as_deref().unwrap_or_default();
+        chat::render(self.chat()?, messages, &request.chat, add_generation_prompt)
+    }
+
+    /// Makes a request ready, here (on the caller's thread) so that a
+    /// template error rejects it before it is queued: a chat request's
+    /// messages rendered into its prompt, the plan of its output.
+    pub fn prepare(&self, request: &mut CompletionRequest) -> Result<()> {
+        let model = self.model()?;
+        chat::prepare(request, self.chat(), &model)
     }
 
     fn model(&self) -> Result<Arc<LlamaModel>> {

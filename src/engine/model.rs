@@ -95,21 +95,33 @@ pub fn tokenize_chat(model: &LlamaModel, text: &str) -> Vec<LlamaToken> {
     tokens
 }
 
-/// The chat template `messages` are rendered with: `chatTemplate` when
-/// given, else the GGUF's `tokenizer.chat_template`; `None` when neither
-/// exists; `Err` when the GGUF's does not compile (requests with `messages`
-/// then say so; `prompt` requests are unaffected).
-pub fn chat_template(model: &LlamaModel, over: Option<&str>) -> Result<Option<std::result::Result<ChatTemplate, String>>> {
+/// The chat template `messages` are rendered with, and its source:
+/// `chatTemplate` when given, else the GGUF's `tokenizer.chat_template`;
+/// `None` when neither exists; `Err` when the GGUF's does not compile
+/// (requests with `messages` then say so; `prompt` requests are unaffected).
+pub fn chat_template(model: &LlamaModel, over: Option<&str>) -> Result<Option<std::result::Result<(ChatTemplate, String), String>>> {
     let vocab = model.vocab();
     let piece = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
     let (bos, eos) = (piece(vocab.bos()), piece(vocab.eos()));
     if let Some(source) = over {
         return ChatTemplate::new(source, &bos, &eos)
-            .map(|t| Some(Ok(t)))
+            .map(|t| Some(Ok((t, source.to_string()))))
             .map_err(|e| EngineError::invalid("chatTemplate", format!("not a usable Jinja template: {e}")));
     }
     let Some(source) = model.chat_template(None).ok().and_then(|t| t.to_string().ok()) else { return Ok(None) };
-    Ok(Some(ChatTemplate::new(&source, &bos, &eos).map_err(|e| e.to_string())))
+    Ok(Some(ChatTemplate::new(&source, &bos, &eos).map(|t| (t, source)).map_err(|e| e.to_string())))
+}
+
+/// The id of `text` when it is one special token of the model (a control
+/// token, whose text the model does not print), as llguidance sees them.
+pub fn special_token(model: &LlamaModel, text: &str) -> Option<u32> {
+    let vocab = model.vocab();
+    match vocab.tokenize(text.as_bytes(), false, true).as_slice() {
+        [t] if vocab.token_to_piece(*t, false, None).is_empty() && vocab.token_to_piece(*t, true, None) == text.as_bytes() => {
+            u32::try_from(t.0).ok()
+        }
+        _ => None,
+    }
 }
 
 /// llama.cpp accepts any file and fails deep inside; a magic check gives a

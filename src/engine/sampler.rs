@@ -1,8 +1,12 @@
 //! The target's sampler: the request's whole chain (logit bias, penalties,
-//! grammar, top-k/typical/top-p/min-p, temperature) applied by llama.cpp, and
-//! the final draw done here from the resulting distribution. Owning the draw
-//! is what lets speculative verification use exactly the distribution that
-//! plain decoding samples from.
+//! grammar, top-k/typical/top-p/min-p, temperature) applied by llama.cpp, a
+//! schema or tool-call constraint applied by llguidance, and the final draw
+//! done here from the resulting distribution. Owning the draw is what lets
+//! speculative verification use exactly the distribution that plain
+//! decoding samples from.
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
@@ -14,6 +18,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::core::error::{EngineError, Result};
 use crate::core::request::{CompletionRequest, SamplingParams};
+use crate::core::sampling::constraint::Constraint;
 use crate::core::sampling::noise::{self, PositionNoise, Rng};
 use crate::core::sampling::Dist;
 
@@ -27,7 +32,13 @@ pub struct TokenSampler {
     /// History-dependent transforms (logit bias, penalties). `None` when the
     /// request has none, so greedy decoding can take the argmax of raw logits.
     history: Option<LlamaSampler>,
+    /// A GBNF `grammar`, applied by llama.cpp's sampler.
     grammar: Option<LlamaSampler>,
+    /// A schema or tool-call constraint, computed by llguidance; shared
+    /// with the request's grammar drafter.
+    constraint: Option<Rc<RefCell<Constraint>>>,
+    /// Why the constraint stopped working (the request then ends with an error).
+    failure: Option<String>,
     /// Truncation and temperature; only used when sampling.
     shape: Option<LlamaSampler>,
     /// Mirostat picks the token itself (and adapts after each pick).
@@ -40,7 +51,14 @@ pub struct TokenSampler {
 }
 
 impl TokenSampler {
-    pub fn new(model: &LlamaModel, req: &CompletionRequest, grammar: Option<&str>, eog: &[i32], n_ctx: u32) -> Result<Self> {
+    pub fn new(
+        model: &LlamaModel,
+        req: &CompletionRequest,
+        grammar: Option<&str>,
+        constraint: Option<Rc<RefCell<Constraint>>>,
+        eog: &[i32],
+        n_ctx: u32,
+    ) -> Result<Self> {
         let p = &req.sampling;
         let n_vocab = model.n_vocab();
         let mut history = Vec::new();
@@ -59,7 +77,7 @@ impl TokenSampler {
         let grammar = match grammar {
             Some(g) => Some(
                 LlamaSampler::grammar(model, g, "root")
-                    .map_err(|e| EngineError::invalid(grammar_field(req), format!("not a valid grammar ({e})")))?,
+                    .map_err(|e| EngineError::invalid("grammar", format!("not a valid grammar ({e})")))?,
             ),
             None => None,
         };
@@ -93,7 +111,17 @@ impl TokenSampler {
         }
         let seed = p.seed.map_or_else(|| noise::from_os().random(), u64::from);
         let chain = |v: Vec<LlamaSampler>| (!v.is_empty()).then(|| LlamaSampler::chain_simple(v));
-        Ok(TokenSampler { history: chain(history), grammar, shape: chain(shape), mirostat, greedy, seed, scratch: Vec::new() })
+        Ok(TokenSampler {
+            history: chain(history),
+            grammar,
+            constraint,
+            failure: None,
+            shape: chain(shape),
+            mirostat,
+            greedy,
+            seed,
+            scratch: Vec::new(),
+        })
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -126,13 +154,44 @@ impl TokenSampler {
         if let Some(g) = self.grammar.as_mut() {
             g.accept(token);
         }
+        if let Some(c) = &self.constraint {
+            if let Err(e) = c.borrow_mut().consume(token.0) {
+                self.failure.get_or_insert(e);
+            }
+        }
         if let Some(m) = self.mirostat.as_mut() {
             m.accept(token);
         }
     }
 
+    /// Why the request's constraint failed, if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
     fn fast_path(&self) -> bool {
-        self.greedy && self.history.is_none() && self.grammar.is_none()
+        self.greedy && self.history.is_none() && self.grammar.is_none() && self.constraint.is_none()
+    }
+
+    /// Masks what the constraint does not allow (everything, once it failed).
+    fn apply_constraint(&mut self, arr: &mut LlamaTokenDataArray) {
+        let Some(c) = &self.constraint else { return };
+        let mut c = c.borrow_mut();
+        match c.allowed() {
+            Ok(mask) => {
+                for d in arr.data.iter_mut() {
+                    if !c.is_allowed(&mask, d.id().0) {
+                        d.set_logit(f32::NEG_INFINITY);
+                    }
+                }
+            }
+            Err(e) => {
+                self.failure.get_or_insert(e);
+                for d in arr.data.iter_mut() {
+                    d.set_logit(f32::NEG_INFINITY);
+                }
+            }
+        }
     }
 
     /// Runs the chain on the logits at `idx` and returns the candidates left.
@@ -148,6 +207,7 @@ impl TokenSampler {
         if let Some(g) = self.grammar.as_mut() {
             arr.apply_sampler(g);
         }
+        self.apply_constraint(&mut arr);
         if !self.greedy {
             if let Some(s) = self.shape.as_mut() {
                 arr.apply_sampler(s);
@@ -177,18 +237,24 @@ impl TokenSampler {
         if self.fast_path() && !want_dist {
             return (LlamaToken(argmax(ctx.get_logits_ith(idx))), None);
         }
-        if let Some(m) = self.mirostat.as_mut() {
+        if self.mirostat.is_some() {
             let mut arr = {
                 let logits = ctx.get_logits_ith(idx);
                 let data = logits.iter().enumerate().map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0));
                 LlamaTokenDataArray::new(data.collect(), false)
             };
-            for s in [self.history.as_mut(), self.grammar.as_mut(), self.shape.as_mut()].into_iter().flatten() {
+            for s in [self.history.as_mut(), self.grammar.as_mut()].into_iter().flatten() {
+                arr.apply_sampler(s);
+            }
+            self.apply_constraint(&mut arr);
+            if let Some(s) = self.shape.as_mut() {
                 arr.apply_sampler(s);
             }
             let (ids, logits): (Vec<i32>, Vec<f32>) = arr.data.iter().map(|d| (d.id().0, d.logit())).unzip();
             let dist = Dist::from_logits(&ids, &logits);
-            arr.apply_sampler(m);
+            if let Some(m) = self.mirostat.as_mut() {
+                arr.apply_sampler(m);
+            }
             let token =
                 if dist.is_empty() { DEAD_END } else { arr.selected_token().unwrap_or_else(|| LlamaToken(dist.argmax().unwrap_or(0))) };
             return (token, Some(dist));
@@ -217,14 +283,6 @@ impl TokenSampler {
 
 fn has_penalties(p: &SamplingParams) -> bool {
     p.repeat_last_n != 0 && (p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0)
-}
-
-fn grammar_field(req: &CompletionRequest) -> &'static str {
-    if req.json_schema.is_some() {
-        "json_schema"
-    } else {
-        "grammar"
-    }
 }
 
 /// Index of the largest logit; ties go to the lowest id, as llama.cpp's greedy.

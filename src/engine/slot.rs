@@ -15,14 +15,18 @@ use serde_json::{json, Value};
 
 use super::sampler::{TokenSampler, DEAD_END};
 use super::shared::Job;
+use crate::core::chat::output::{Delta, OutputParser};
 use crate::core::error::EngineError;
 use crate::core::request::CompletionRequest;
+use crate::core::sampling::noise::{self, Rng};
 use crate::core::sampling::Dist;
 use crate::core::speculation::controller::DraftController;
 use crate::core::speculation::cost::DraftPrices;
 use crate::core::speculation::drafter::{Draft, DrafterChain};
 use crate::core::speculation::verify::verify_draft;
-use crate::core::text::events::{CompletionResult, EventSink, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource};
+use crate::core::text::events::{
+    CompletionResult, EventSink, ResultFunction, ResultToolCall, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource,
+};
 use crate::core::text::stream::TextStream;
 
 pub struct Slot<'m> {
@@ -84,6 +88,8 @@ pub enum Stop {
     Word,
     Limit,
     Abort,
+    /// The request's constraint failed (an internal error: it ends with it).
+    Failed,
 }
 
 /// A token a step produced, where it came from, and the distribution it was
@@ -113,6 +119,10 @@ pub struct Request<'m> {
     sampler: TokenSampler,
     chain: DrafterChain<'m>,
     text: TextStream,
+    /// A chat answer's reasoning and tool calls, read out of its text.
+    output: Option<OutputParser>,
+    /// Special tokens whose text is kept (the markers `output` reads).
+    markers: Vec<i32>,
     phase: Phase,
     prompt: PromptTokens,
     /// Prompt tokens found in the slot's cache.
@@ -133,9 +143,18 @@ impl<'m> Request<'m> {
         sampler.accept_prompt(&prompt.tokens);
         let ids: Vec<i32> = prompt.tokens.iter().map(|t| t.0).collect();
         chain.begin(&ids);
+        let output = job
+            .request
+            .plan
+            .output
+            .clone()
+            .map(|f| OutputParser::new(f, job.id ^ sampler.seed().rotate_left(17) ^ noise::from_os().random::<u64>()));
+        let markers = job.request.plan.marker_tokens.clone();
         Request {
             id: job.id,
             text: TextStream::new(job.request.stop.clone()),
+            output,
+            markers,
             req: job.request,
             sink: job.sink,
             cancel: job.cancel,
@@ -304,8 +323,11 @@ impl<'m> Request<'m> {
     ) -> Option<Stop> {
         let vocab = model.vocab();
         let mut out = Vec::with_capacity(tokens.len());
-        let mut content = String::new();
+        let mut delta = Delta::default();
         let mut stop = None;
+        if self.sampler.failure().is_some() {
+            return Some(Stop::Failed);
+        }
         for (token, source, dist) in tokens {
             if self.ends(model, token) {
                 stop = Some(Stop::Eos);
@@ -313,9 +335,9 @@ impl<'m> Request<'m> {
             }
             self.n_gen += 1;
             self.phase = Phase::Generate { pending: token };
-            let piece = vocab.token_to_piece(token, false, None);
+            let piece = vocab.token_to_piece(token, self.markers.contains(&token.0), None);
             let pushed = self.text.push(&piece);
-            content.push_str(&pushed.text);
+            self.read(&pushed.text, &mut delta);
             let mut t = TokenOut { id: token.0, piece: String::from_utf8_lossy(&piece).into_owned(), source, probs: None };
             if let (true, Some(d)) = (self.wants_dist(), dist.as_ref()) {
                 let probs = top_probs(model, d, self.req.n_probs);
@@ -336,14 +358,46 @@ impl<'m> Request<'m> {
             stop = Some(Stop::Limit);
         }
         if stop.is_some() {
-            content.push_str(&self.text.finish());
+            self.flush(&mut delta);
         }
-        if (!out.is_empty() || !content.is_empty())
-            && !self.sink.token(&TokenEvent { content, tokens: out, n_drafted: drafted, n_accepted: accepted })
+        if (!out.is_empty() || !delta.is_empty())
+            && !self.sink.token(&TokenEvent {
+                content: delta.content,
+                reasoning: delta.reasoning,
+                tool_calls: delta.tool_calls,
+                tokens: out,
+                n_drafted: drafted,
+                n_accepted: accepted,
+            })
         {
             return Some(Stop::Abort);
         }
         stop
+    }
+
+    /// Text made safe to show goes to the chat answer's reader, if any.
+    fn read(&mut self, text: &str, delta: &mut Delta) {
+        match self.output.as_mut() {
+            Some(p) => {
+                let d = p.push(text);
+                delta.content.push_str(&d.content);
+                delta.reasoning.push_str(&d.reasoning);
+                delta.tool_calls.extend(d.tool_calls);
+            }
+            None => delta.content.push_str(text),
+        }
+    }
+
+    /// The end: what the text stream and the reader held back.
+    fn flush(&mut self, delta: &mut Delta) {
+        let rest = self.text.finish();
+        self.read(&rest, delta);
+        if let Some(p) = self.output.as_mut() {
+            let d = p.finish();
+            delta.content.push_str(&d.content);
+            delta.reasoning.push_str(&d.reasoning);
+            delta.tool_calls.extend(d.tool_calls);
+        }
     }
 
     // ------------------------------------------------------------ the end
@@ -354,13 +408,26 @@ impl<'m> Request<'m> {
     /// last event. Returns the draft model's controller, to keep for the
     /// next request with the same settings.
     pub fn finish(mut self: Box<Self>, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> Option<KeptController> {
-        if matches!(stop, Stop::Abort) || (stop == Stop::Limit && self.text.held_bytes() > 0) {
-            let rest = self.text.finish();
-            if !rest.is_empty() {
-                self.sink.token(&TokenEvent { content: rest, tokens: vec![], n_drafted: 0, n_accepted: 0 });
+        if matches!(stop, Stop::Abort | Stop::Failed) || (stop == Stop::Limit && (self.text.held_bytes() > 0 || self.output.is_some())) {
+            let mut delta = Delta::default();
+            self.flush(&mut delta);
+            if !delta.is_empty() {
+                self.sink.token(&TokenEvent {
+                    content: delta.content,
+                    reasoning: delta.reasoning,
+                    tool_calls: delta.tool_calls,
+                    tokens: vec![],
+                    n_drafted: 0,
+                    n_accepted: 0,
+                });
             }
         }
         self.chain.end();
+        if stop == Stop::Failed {
+            let why = self.sampler.failure().unwrap_or("the constraint failed").to_string();
+            self.sink.finish(Err(EngineError::internal(why)));
+            return None;
+        }
         let result = self.result(stop, model_name, n_ctx, batch_invariant);
         let spec = &self.req.speculative;
         let key = (spec.n_max, spec.adaptive, self.sampler.is_greedy());
@@ -392,9 +459,14 @@ impl<'m> Request<'m> {
         }
         stats.acceptance_rate = if stats.n_drafted > 0 { stats.n_accepted as f64 / stats.n_drafted as f64 } else { 0.0 };
         let predicted_ms = self.generating_since.map_or(0.0, ms);
+        let (content, reasoning, calls) = match &self.output {
+            Some(p) => (p.content().to_string(), p.reasoning().to_string(), p.calls().to_vec()),
+            None => (self.text.content().to_string(), String::new(), Vec::new()),
+        };
+        let stopped_tool_calls = !calls.is_empty() && matches!(stop, Stop::Eos | Stop::Word);
         let prompt_ms = if self.generating_since.is_some() { self.prompt_ms } else { ms(self.started) };
         CompletionResult {
-            content: self.text.content().to_string(),
+            content,
             stop: true,
             model: model_name.to_string(),
             tokens_predicted: self.n_gen,
@@ -410,6 +482,18 @@ impl<'m> Request<'m> {
             timings: Timings::new(self.prompt.tokens.len().saturating_sub(self.tokens_cached), prompt_ms, self.n_gen, predicted_ms),
             speculative: stats,
             completion_probabilities: self.wants_dist().then(|| std::mem::take(&mut self.probs_out)),
+            tool_calls: (!calls.is_empty()).then(|| {
+                calls
+                    .into_iter()
+                    .map(|c| ResultToolCall {
+                        id: c.id,
+                        r#type: "function",
+                        function: ResultFunction { name: c.name, arguments: c.arguments },
+                    })
+                    .collect()
+            }),
+            reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+            stopped_tool_calls,
         }
     }
 }

@@ -9,8 +9,8 @@ use crate::core::request::parse::{truncate, type_name};
 
 /// Most messages in one request.
 pub const MAX_MESSAGES: usize = 100_000;
-/// Longest role name.
-const MAX_ROLE_BYTES: usize = 64;
+/// The roles a message may have.
+const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 /// Text of all messages together (the prompt size limit).
 const MAX_MESSAGES_BYTES: usize = 8 * 1024 * 1024;
 
@@ -57,16 +57,29 @@ pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
             .as_object()
             .ok_or_else(|| EngineError::invalid(&at, format!("expected an object with role and content, got {}", type_name(item))))?;
         let role = match map.get("role") {
-            Some(Json::String(r)) if r.is_empty() => return Err(EngineError::invalid(&format!("{at}.role"), "must not be empty")),
-            Some(Json::String(r)) if r.len() > MAX_ROLE_BYTES => {
-                return Err(EngineError::invalid(&format!("{at}.role"), format!("at most {MAX_ROLE_BYTES} bytes are allowed")))
+            Some(Json::String(r)) if ROLES.contains(&r.as_str()) => r.clone(),
+            Some(Json::String(r)) => {
+                return Err(EngineError::invalid(
+                    &format!("{at}.role"),
+                    format!("expected \"system\", \"user\", \"assistant\" or \"tool\", got {:?}", truncate(r, 40)),
+                ))
             }
-            Some(Json::String(r)) => r.clone(),
             None => return Err(EngineError::invalid(&format!("{at}.role"), "required (\"system\", \"user\", \"assistant\" or \"tool\")")),
             Some(other) => return Err(EngineError::invalid(&format!("{at}.role"), format!("expected a string, got {}", type_name(other)))),
         };
+        if let Some(calls) = map.get("tool_calls").filter(|v| !v.is_null()) {
+            if role != "assistant" {
+                return Err(EngineError::invalid(&format!("{at}.tool_calls"), "only assistant messages call tools"));
+            }
+            check_tool_calls(calls, &format!("{at}.tool_calls"))?;
+        }
+        for key in ["name", "tool_call_id", "reasoning_content"] {
+            if let Some(v) = map.get(key).filter(|v| !v.is_null() && !v.is_string()) {
+                return Err(EngineError::invalid(&format!("{at}.{key}"), format!("expected a string, got {}", type_name(v))));
+            }
+        }
         let mut extra = Map::new();
-        for key in ["name", "tool_call_id", "tool_calls"] {
+        for key in ["name", "tool_call_id", "tool_calls", "reasoning_content"] {
             if let Some(v) = map.get(key).filter(|v| !v.is_null()) {
                 bytes += v.to_string().len();
                 extra.insert(key.into(), v.clone());
@@ -96,6 +109,40 @@ pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
         out.push(ChatMessage { role, content, extra });
     }
     Ok(out)
+}
+
+/// An assistant message's `tool_calls`: OpenAI's shape, `arguments` a JSON
+/// text (or, as Hugging Face has it, an object).
+fn check_tool_calls(calls: &Json, at: &str) -> Result<()> {
+    let items = calls.as_array().ok_or_else(|| EngineError::invalid(at, format!("expected an array, got {}", type_name(calls))))?;
+    for (j, call) in items.iter().enumerate() {
+        let here = format!("{at}[{j}]");
+        let f = call
+            .get("function")
+            .and_then(Json::as_object)
+            .ok_or_else(|| EngineError::invalid(&format!("{here}.function"), "required: { name, arguments }"))?;
+        if !f.get("name").is_some_and(Json::is_string) {
+            return Err(EngineError::invalid(&format!("{here}.function.name"), "required: a string"));
+        }
+        match f.get("arguments") {
+            None | Some(Json::Null) | Some(Json::Object(_)) => {}
+            Some(Json::String(text)) => {
+                if serde_json::from_str::<Json>(text).is_err() {
+                    return Err(EngineError::invalid(&format!("{here}.function.arguments"), "not valid JSON"));
+                }
+            }
+            Some(other) => {
+                return Err(EngineError::invalid(
+                    &format!("{here}.function.arguments"),
+                    format!("expected a JSON string, got {}", type_name(other)),
+                ))
+            }
+        }
+        if let Some(id) = call.get("id").filter(|v| !v.is_null() && !v.is_string()) {
+            return Err(EngineError::invalid(&format!("{here}.id"), format!("expected a string, got {}", type_name(id))));
+        }
+    }
+    Ok(())
 }
 
 /// The text of an OpenAI content-parts array: its text parts, joined.
@@ -148,6 +195,17 @@ mod tests {
             (json!([{ "content": "x" }]), "messages[0].role:"),
             (json!([{ "role": 3, "content": "x" }]), "messages[0].role:"),
             (json!([{ "role": "", "content": "x" }]), "messages[0].role:"),
+            (json!([{ "role": "robot", "content": "x" }]), "messages[0].role:"),
+            (json!([{ "role": "user", "content": "x", "tool_calls": [] }]), "messages[0].tool_calls:"),
+            (
+                json!([{ "role": "assistant", "content": null, "tool_calls": [{ "function": { "name": "f", "arguments": "{" } }] }]),
+                "messages[0].tool_calls[0].function.arguments:",
+            ),
+            (
+                json!([{ "role": "assistant", "content": null, "tool_calls": [{ "function": { "arguments": "{}" } }] }]),
+                "messages[0].tool_calls[0].function.name:",
+            ),
+            (json!([{ "role": "tool", "content": "x", "tool_call_id": 5 }]), "messages[0].tool_call_id:"),
             (json!([{ "role": "user" }]), "messages[0].content:"),
             (json!([{ "role": "user", "content": 5 }]), "messages[0].content:"),
             (json!([{ "role": "user", "content": null }]), "messages[0].content:"),
@@ -159,7 +217,9 @@ mod tests {
             assert!(e.message.starts_with(field), "{v}: {}", e.message);
         }
         // An assistant turn that only calls tools may have no content.
-        let m = msgs(json!([{ "role": "assistant", "content": null, "tool_calls": [{ "id": "1" }] }]));
+        let m = msgs(
+            json!([{ "role": "assistant", "content": null, "tool_calls": [{ "id": "1", "type": "function", "function": { "name": "f", "arguments": "{}" } }] }]),
+        );
         assert_eq!(m[0].content, None);
     }
 }

@@ -1,8 +1,14 @@
-//! Chat: OpenAI-style `messages`, checked (`messages`), and rendered into a
-//! prompt with the model's own Jinja template (`template`).
+//! Chat: OpenAI-style `messages`, checked (`messages`), rendered into a
+//! prompt with the model's own Jinja template (`template`); the tools and
+//! response formats a request asks for (`tools`), how the model writes calls
+//! and reasoning and what constrains them (`format`), and the answer split
+//! into content, reasoning and tool calls as it streams (`output`).
 
+pub mod format;
 pub mod messages;
+pub mod output;
 pub mod template;
+pub mod tools;
 
 pub use messages::{parse_messages, ChatMessage};
 pub use template::ChatTemplate;

@@ -159,6 +159,34 @@ pub const LOGIT_BIAS: Field = Field::new(
     "[[token, bias | false], …]; false bans the token",
 );
 
+pub const TOOLS: Field = Field::new("tools", Kind::Other("ChatTool[]"), "", "functions the model may call (OpenAI's shape); with messages");
+pub const TOOL_CHOICE: Field = Field::new(
+    "tool_choice",
+    Kind::Other("\"auto\" | \"none\" | \"required\" | { type: \"function\"; function: { name: string } }"),
+    "\"auto\"",
+    "whether and which tool the model calls; a call it starts is always valid",
+);
+pub const PARALLEL_TOOL_CALLS: Field =
+    Field::new("parallel_tool_calls", Kind::Bool, "true", "whether the model may call several tools in one turn");
+pub const RESPONSE_FORMAT: Field = Field::new(
+    "response_format",
+    Kind::Other("{ type: \"text\" | \"json_object\" } | { type: \"json_schema\"; json_schema: { name?: string; schema?: object; strict?: boolean } }"),
+    "",
+    "the answer as JSON (matching a schema)",
+);
+pub const CHAT_TEMPLATE_KWARGS: Field = Field::new(
+    "chat_template_kwargs",
+    Kind::Other("Record<string, unknown>"),
+    "",
+    "extra variables for the chat template (e.g. enable_thinking)",
+);
+pub const REASONING_FORMAT: Field = Field::new(
+    "reasoning_format",
+    Kind::Choice(&["auto", "none"]),
+    "\"auto\"",
+    "auto: the model's <think> reasoning goes to reasoning_content; none: it stays in content",
+);
+
 pub const SPEC_MODE: Field = Field::new(
     "mode",
     Kind::Choice(&["auto", "off", "draft", "ngram", "ngram+draft"]),
@@ -212,6 +240,12 @@ pub const REQUEST_FIELDS: &[Field] = &[
     N_PROBS,
     GRAMMAR,
     JSON_SCHEMA,
+    TOOLS,
+    TOOL_CHOICE,
+    PARALLEL_TOOL_CALLS,
+    RESPONSE_FORMAT,
+    CHAT_TEMPLATE_KWARGS,
+    REASONING_FORMAT,
     CACHE_PROMPT,
     SPECULATIVE,
 ];

@@ -16,6 +16,8 @@ mod tests;
 
 use serde_json::Value;
 
+use crate::core::chat::format::ChatPlan;
+use crate::core::chat::tools::ChatOptions;
 use crate::core::chat::ChatMessage;
 use parse::{f32_json, object};
 pub use parse::{parse_request, parse_request_json};
@@ -145,6 +147,10 @@ pub struct CompletionRequest {
     pub grammar: Option<String>,
     /// A JSON schema, serialized; always valid JSON (an object or a boolean).
     pub json_schema: Option<String>,
+    /// Tools, response format, reasoning and template variables (chat requests).
+    pub chat: ChatOptions,
+    /// What the engine decided when it prepared the request (not on the wire).
+    pub plan: ChatPlan,
     pub cache_prompt: bool,
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
@@ -163,6 +169,8 @@ impl Default for CompletionRequest {
             n_probs: 0,
             grammar: None,
             json_schema: None,
+            chat: ChatOptions::default(),
+            plan: ChatPlan::default(),
             cache_prompt: true,
             ignore_eos: false,
             sampling: SamplingParams::default(),
@@ -214,6 +222,9 @@ impl CompletionRequest {
             ("grammar", self.grammar.as_deref().unwrap_or("").into()),
             ("json_schema", json_schema),
             ("cache_prompt", self.cache_prompt.into()),
+            ("tool_choice", self.chat.tool_choice.to_json()),
+            ("parallel_tool_calls", self.chat.parallel_tool_calls.into()),
+            ("reasoning_format", self.chat.reasoning_format.as_str().into()),
             ("speculative", speculative),
         ])
     }

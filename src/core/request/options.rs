@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::core::chat::format::Family;
 use crate::core::chat::ChatTemplate;
 use crate::core::error::{EngineError, Result};
 
@@ -20,6 +21,9 @@ pub struct EngineOptions {
     /// A Jinja chat template replacing the GGUF's (checked to compile here,
     /// before any model is loaded).
     pub chat_template: Option<String>,
+    /// How tool calls are written: detected from the template (`None`) or
+    /// this family's syntax (`toolCallFormat`).
+    pub tool_call_format: Option<Family>,
     /// Requests decoded together, each in its own slot (KV stream).
     pub parallel: usize,
 }
@@ -46,6 +50,7 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         ngram_cache_path: path(obj, "ngramCachePath")?,
         static_ngram_cache_path: path(obj, "staticNgramCachePath")?,
         chat_template: chat_template(obj)?,
+        tool_call_format: tool_call_format(obj)?,
         parallel: int(obj, "parallel", 1, MAX_PARALLEL as i64)?.map_or(DEFAULT_PARALLEL, |n| n as usize),
     })
 }
@@ -69,6 +74,18 @@ fn chat_template(obj: &Map<String, Value>) -> Result<Option<String>> {
             Ok(Some(source.clone()))
         }
         Some(_) => Err(EngineError::invalid("chatTemplate", "expected a string (a Jinja chat template)")),
+    }
+}
+
+fn tool_call_format(obj: &Map<String, Value>) -> Result<Option<Family>> {
+    let names = || Family::FORCED.iter().map(|f| format!("{:?}", f.as_str())).collect::<Vec<_>>().join(", ");
+    match obj.get("toolCallFormat") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s == "auto" => Ok(None),
+        Some(Value::String(s)) => Family::parse(s)
+            .map(Some)
+            .ok_or_else(|| EngineError::invalid("toolCallFormat", format!("expected \"auto\", {}, got {s:?}", names()))),
+        Some(_) => Err(EngineError::invalid("toolCallFormat", "expected a string")),
     }
 }
 
@@ -118,6 +135,7 @@ mod tests {
             (json!({ "modelPath": "m", "parallel": 0 }), "parallel"),
             (json!({ "modelPath": "m", "parallel": 65 }), "parallel"),
             (json!({ "modelPath": "m", "chatTemplate": "{% if %}" }), "chatTemplate"),
+            (json!({ "modelPath": "m", "toolCallFormat": "xml" }), "toolCallFormat"),
         ] {
             let e = parse_engine_options(&v).unwrap_err();
             assert!(e.message.starts_with(field), "{v}: {}", e.message);

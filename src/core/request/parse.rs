@@ -13,6 +13,7 @@ use super::fields::*;
 use super::gbnf::check_gbnf;
 use super::{CompletionRequest, PromptPart, RequestLimits, SamplingParams, SpecMode, SpeculativeParams};
 use crate::core::chat::parse_messages;
+use crate::core::chat::tools::{parse_chat_options, ResponseFormat};
 use crate::core::error::{EngineError, Result};
 
 pub(super) const MAX_PROMPT_BYTES: usize = 8 * 1024 * 1024;
@@ -43,6 +44,25 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
     if grammar.is_some() && json_schema.is_some() {
         return Err(f.err(&JSON_SCHEMA, "grammar and json_schema cannot both be set"));
     }
+    let chat = parse_chat_options(|name| map.get(name).filter(|v| !v.is_null()))?;
+    if messages.is_none() {
+        for (field, set) in [
+            (&TOOLS, !chat.tools.is_empty()),
+            (&TOOL_CHOICE, f.get(&TOOL_CHOICE).is_some()),
+            (&CHAT_TEMPLATE_KWARGS, !chat.template_kwargs.is_empty()),
+        ] {
+            if set {
+                return Err(f.err(field, "needs messages (a chat request), not a prompt"));
+            }
+        }
+    }
+    let json_answer = matches!(chat.response_format, Some(ResponseFormat::Json(_)));
+    if grammar.is_some() && (chat.calls_tools() || json_answer) {
+        return Err(f.err(&GRAMMAR, "cannot be combined with tools or a JSON response_format (they bring their own constraint)"));
+    }
+    if json_schema.is_some() && json_answer {
+        return Err(f.err(&RESPONSE_FORMAT, "json_schema and a JSON response_format cannot both be set"));
+    }
 
     Ok(CompletionRequest {
         prompt,
@@ -53,6 +73,8 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         n_probs: f.int(&N_PROBS)?.unwrap_or(d.n_probs),
         grammar,
         json_schema,
+        chat,
+        plan: Default::default(),
         cache_prompt: f.bool(&CACHE_PROMPT)?.unwrap_or(d.cache_prompt),
         ignore_eos: f.bool(&IGNORE_EOS)?.unwrap_or(d.ignore_eos),
         sampling: parse_sampling(&f, limits)?,

@@ -422,7 +422,10 @@ fn generation_settings_shape() {
         json!({ "mode": "ngram", "n_max": 16, "n_min": 0, "p_min": 0.6, "adaptive": true,
                 "n_parallel": 1, "p_split": 0.1 })
     );
-    assert_eq!(gs.as_object().unwrap().len(), 26);
+    assert_eq!(gs["tool_choice"], "auto");
+    assert_eq!(gs["parallel_tool_calls"], true);
+    assert_eq!(gs["reasoning_format"], "auto");
+    assert_eq!(gs.as_object().unwrap().len(), 29);
 
     let gs = ok(json!({ "prompt": "x", "grammar": "root ::= \"a\"" })).generation_settings(1, "m");
     assert_eq!(gs["seed"], -1);
@@ -484,4 +487,25 @@ fn never_panics_on_odd_numbers() {
         let _ = parse_request(&json!({ "prompt": [0, 1, -1, i64::MAX], "logit_bias": [[0, 1]] }), &limits);
         let _ = parse_request(&json!({ "prompt": "x", "logit_bias": { "0": 1 } }), &limits);
     }
+}
+
+#[test]
+fn chat_fields_need_messages_and_do_not_mix_with_grammars() {
+    let tools = json!([{ "type": "function", "function": { "name": "f" } }]);
+    rejects(json!({ "prompt": "x", "tools": tools }), "tools");
+    rejects(json!({ "prompt": "x", "tool_choice": "none" }), "tool_choice");
+    rejects(json!({ "prompt": "x", "chat_template_kwargs": { "a": 1 } }), "chat_template_kwargs");
+    let msgs = json!([{ "role": "user", "content": "hi" }]);
+    rejects(json!({ "messages": msgs, "tools": tools, "grammar": "root ::= \"a\"" }), "grammar");
+    rejects(
+        json!({ "messages": msgs, "response_format": { "type": "json_object" }, "json_schema": { "type": "object" } }),
+        "response_format",
+    );
+    let r = ok(json!({ "messages": msgs, "tools": tools, "tool_choice": "required", "parallel_tool_calls": false }));
+    assert_eq!(r.chat.tools.len(), 1);
+    assert!(r.chat.calls_tools() && !r.chat.parallel_tool_calls);
+    // A JSON answer works for plain prompts too.
+    assert!(ok(json!({ "prompt": "x", "response_format": { "type": "json_object" } })).chat.response_format.is_some());
+    // tool_choice none with a grammar: no calls, so the grammar stands.
+    ok(json!({ "messages": msgs, "tools": tools, "tool_choice": "none", "grammar": "root ::= \"a\"" }));
 }

@@ -1,7 +1,9 @@
 //! Sampling maths that needs no model: distributions over token ids
-//! (`dist`) and the per-position noise that makes a sampled token the same
-//! whether it was decoded plainly or verified in a draft (`noise`).
+//! (`dist`), the per-position noise that makes a sampled token the same
+//! whether it was decoded plainly or verified in a draft (`noise`), and the
+//! constraints llguidance computes (`constraint`).
 
+pub mod constraint;
 pub mod dist;
 pub mod noise;
 

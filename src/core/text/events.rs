@@ -5,6 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::core::chat::output::ToolCallDelta;
 use crate::core::error::EngineError;
 
 /// Where an emitted token came from.
@@ -17,6 +18,9 @@ pub enum TokenSource {
     Draft,
     /// Proposed by the n-gram cache and accepted by the target.
     Ngram,
+    /// Forced by the request's constraint (a schema, a tool call) and
+    /// accepted by the target.
+    Grammar,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,6 +43,13 @@ pub struct TokenOut {
 pub struct TokenEvent {
     /// Text safe to show: whole UTF-8 characters, stop-string prefixes held back.
     pub content: String,
+    /// Reasoning text of this step (chat requests whose model thinks).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reasoning: String,
+    /// Tool-call deltas of this step: a call's index, id and name first,
+    /// then fragments of its arguments.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallDelta>,
     pub tokens: Vec<TokenOut>,
     pub n_drafted: usize,
     pub n_accepted: usize,
@@ -113,6 +124,29 @@ pub struct CompletionResult {
     pub speculative: SpeculativeStats,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_probabilities: Option<Vec<Value>>,
+    /// The tool calls that ended the turn (when the model called tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ResultToolCall>>,
+    /// The model's reasoning, apart from `content` (`reasoning_format` auto).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The turn ended with tool calls (OpenAI's `finish_reason: "tool_calls"`).
+    pub stopped_tool_calls: bool,
+}
+
+/// A tool call in a result, in OpenAI's shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultToolCall {
+    pub id: String,
+    pub r#type: &'static str,
+    pub function: ResultFunction,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultFunction {
+    pub name: String,
+    /// A JSON text.
+    pub arguments: String,
 }
 
 /// Receives what one request produces, in order. Implemented by the binding

@@ -4,15 +4,22 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
 use super::{aborted_before_start, panic_error, Worker};
+use crate::core::chat::format::json_answer;
+use crate::core::chat::tools::ResponseFormat;
 use crate::core::error::{EngineError, Result};
 use crate::core::request::gbnf::check_gbnf;
 use crate::core::request::{prompt, CompletionRequest, PromptPart, SpecMode};
+use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
 use crate::core::speculation::controller::DraftController;
 use crate::core::speculation::drafter::DrafterChain;
+use crate::core::speculation::grammar::GrammarDrafter;
 use crate::core::speculation::ngram::{NgramDrafter, NgramParams, CLASS_PRIORS, NGRAM_PRIOR};
 use crate::engine::draft_model::{DraftSettings, ModelDrafter};
 use crate::engine::model;
@@ -25,11 +32,21 @@ const PANIC_PROMPT: &str = "__llama_engine_panic__";
 /// Acceptance assumed for a draft model before any is measured.
 const MODEL_PRIOR: f64 = 0.7;
 
+/// Acceptance assumed for forced tokens before any is measured: the model
+/// may split forced text into other tokens than its tokenizer does.
+const GRAMMAR_PRIOR: f64 = 0.7;
+
+/// Compiled constraints kept for the next requests with the same grammar
+/// (agents send the same tools every turn): a copy costs microseconds, a
+/// compile milliseconds.
+const COMPILED_KEPT: usize = 16;
+
 /// What a request needs before it takes a slot.
 struct Prepared {
     sampler: TokenSampler,
     kinds: Vec<SpecMode>,
     prompt: PromptTokens,
+    constraint: Option<Rc<RefCell<Constraint>>>,
 }
 
 impl<'m> Worker<'m> {
@@ -55,21 +72,53 @@ impl<'m> Worker<'m> {
         }
     }
 
-    fn prepare(&self, req: &CompletionRequest) -> Result<Prepared> {
+    fn prepare(&mut self, req: &CompletionRequest) -> Result<Prepared> {
         // Fault injection for the test suite: with LLAMA_ENGINE_FAULT_INJECTION=1
         // in the environment, the prompt "__llama_engine_panic__" panics here.
         if req.prompt == [PromptPart::Text(PANIC_PROMPT.into())] && std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1") {
             panic!("fault injected by {PANIC_PROMPT}");
         }
-        let info = &self.models.info;
         let grammar = grammar(req, &self.models.target)?;
-        let sampler = TokenSampler::new(&self.models.target, req, grammar.as_deref(), &info.eog, info.n_ctx)?;
+        let constraint = match &req.plan.grammar {
+            Some((g, field)) => Some(Rc::new(RefCell::new(self.constraint(g, field, req)?))),
+            None => None,
+        };
+        let info = &self.models.info;
+        let sampler = TokenSampler::new(&self.models.target, req, grammar.as_deref(), constraint.clone(), &info.eog, info.n_ctx)?;
         let kinds = if sampler.supports_speculation() { self.drafter_kinds(req)? } else { Vec::new() };
         let mut tokens = self.tokenize_prompt(req)?;
         let n_given = tokens.len();
         let n_keep = prompt::effective_n_keep(req.n_keep, n_given, self.n_ctx);
         let truncated = prompt::truncate_prompt(&mut tokens, n_keep, self.n_ctx);
-        Ok(Prepared { sampler, kinds, prompt: PromptTokens { tokens, n_given, n_keep, truncated } })
+        Ok(Prepared { sampler, kinds, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint })
+    }
+
+    /// The request's constraint: compiled by llguidance for this model's
+    /// vocabulary (the compiler is built at the first one), or copied from
+    /// one compiled before. A grammar that does not compile is the request
+    /// field's error, with where in the schema when that can be found.
+    fn constraint(&mut self, grammar: &Grammar, field: &'static str, req: &CompletionRequest) -> Result<Constraint> {
+        if let Some(i) = self.compiled.iter().position(|(g, _)| g == grammar) {
+            let kept = self.compiled.remove(i);
+            let copy = kept.1.deep_clone();
+            self.compiled.push(kept);
+            return Ok(copy);
+        }
+        if self.compiler.is_none() {
+            let env = llama_cpp_2::sampling::LlamaSampler::llguidance_tok_env(&self.models.target);
+            self.compiler = Some(Compiler::new(&env).map_err(EngineError::internal)?);
+        }
+        let compiler = self.compiler.as_ref().expect("built above");
+        match compiler.compile(grammar) {
+            Ok(c) => {
+                if self.compiled.len() >= COMPILED_KEPT {
+                    self.compiled.remove(0);
+                }
+                self.compiled.push((grammar.clone(), c.deep_clone()));
+                Ok(c)
+            }
+            Err(why) => Err(locate_error(compiler, field, req, why)),
+        }
     }
 
     fn start(&mut self, job: Job, p: Prepared) {
@@ -91,7 +140,7 @@ impl<'m> Worker<'m> {
             n_past = 0;
         }
         self.slots[i].cached.truncate(n_past);
-        let chain = self.chain(&job.request, &p.kinds, i, p.sampler.is_greedy(), p.sampler.seed());
+        let chain = self.chain(&job.request, &p.kinds, i, p.sampler.is_greedy(), p.sampler.seed(), p.constraint.clone());
         self.slots[i].request = Some(Box::new(Request::new(job, p.sampler, chain, p.prompt, n_past)));
     }
 
@@ -118,10 +167,25 @@ impl<'m> Worker<'m> {
         }
     }
 
-    /// The request's drafters, each with its own controller.
-    fn chain(&mut self, req: &CompletionRequest, kinds: &[SpecMode], slot: usize, greedy: bool, seed: u64) -> DrafterChain<'m> {
+    /// The request's drafters, each with its own controller: what its
+    /// constraint forces first (when it has one), then the others.
+    fn chain(
+        &mut self,
+        req: &CompletionRequest,
+        kinds: &[SpecMode],
+        slot: usize,
+        greedy: bool,
+        seed: u64,
+        constraint: Option<Rc<RefCell<Constraint>>>,
+    ) -> DrafterChain<'m> {
         let spec = &req.speculative;
         let mut chain = DrafterChain::new(spec.n_min);
+        if let (Some(c), false) = (constraint, kinds.is_empty()) {
+            let model = self.models.target.clone();
+            let tokenize = Box::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect());
+            let ctl = DraftController::new(spec.n_max, spec.adaptive, GRAMMAR_PRIOR).with_loss_check(false);
+            chain.push(Box::new(GrammarDrafter::new(c, tokenize)), ctl);
+        }
         for kind in kinds {
             match kind {
                 SpecMode::Ngram => {
@@ -172,21 +236,13 @@ impl<'m> Worker<'m> {
     }
 }
 
-/// The GBNF a request's sampler enforces: its `grammar`, or the grammar its
-/// `json_schema` converts to, checked (`core::request::gbnf`) against this
-/// model's vocabulary, so that llama.cpp's parser never sees a grammar it
-/// would reject (it prints them).
+/// The GBNF a request's sampler enforces (its `grammar`), checked
+/// (`core::request::gbnf`) against this model's vocabulary, so that
+/// llama.cpp's parser never sees a grammar it would reject (it prints them).
 fn grammar(req: &CompletionRequest, model: &LlamaModel) -> Result<Option<String>> {
-    let (g, field) = match (&req.json_schema, &req.grammar) {
-        (Some(schema), _) => {
-            let g = llama_cpp_2::json_schema_to_grammar(schema)
-                .map_err(|e| EngineError::invalid("json_schema", format!("cannot be turned into a grammar ({e})")))?;
-            (g, "json_schema")
-        }
-        (None, Some(g)) => (g.clone(), "grammar"),
-        (None, None) => return Ok(None),
-    };
-    let checked = check_gbnf(&g).map_err(|why| EngineError::invalid(field, why))?;
+    let Some(g) = &req.grammar else { return Ok(None) };
+    let field = "grammar";
+    let checked = check_gbnf(g).map_err(|why| EngineError::invalid(field, why))?;
     let vocab = model.vocab();
     for text in &checked.named_tokens {
         if vocab.tokenize(text.as_bytes(), false, true).len() != 1 {
@@ -197,5 +253,30 @@ fn grammar(req: &CompletionRequest, model: &LlamaModel) -> Result<Option<String>
     if let Some(id) = checked.token_ids.iter().find(|&&id| id >= n_vocab as u32) {
         return Err(EngineError::invalid(field, format!("<[{id}]> is not a token id of this model (0..{n_vocab})")));
     }
-    Ok(Some(g))
+    Ok(Some(g.clone()))
+}
+
+/// The error of a constraint that does not compile, naming the field and,
+/// where it can be found, the tool and the place in its schema.
+fn locate_error(compiler: &Compiler, field: &str, req: &CompletionRequest, why: String) -> EngineError {
+    let cannot = |at: String, why: &str| EngineError::invalid(&at, format!("cannot be compiled: {why}"));
+    if field == "tools" {
+        for (i, tool) in req.chat.tools.iter().enumerate() {
+            if let Err(e) = compiler.compile(&json_answer(&tool.parameters)) {
+                return cannot(format!("tools[{i}].function.parameters{}", compiler.locate(&tool.parameters)), &e);
+            }
+        }
+    }
+    let schema = match (&req.chat.response_format, &req.json_schema) {
+        (_, Some(text)) if field == "json_schema" => serde_json::from_str(text).ok(),
+        (Some(ResponseFormat::Json(s)), _) => Some(s.clone()),
+        _ => None,
+    };
+    if let Some(schema) = schema {
+        if let Err(e) = compiler.compile(&json_answer(&schema)) {
+            let at = if field == "json_schema" { "json_schema".to_string() } else { "response_format.json_schema.schema".to_string() };
+            return cannot(format!("{at}{}", compiler.locate(&schema)), &e);
+        }
+    }
+    cannot(field.to_string(), &why)
 }

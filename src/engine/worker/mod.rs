@@ -21,6 +21,7 @@ use super::shared::{Published, Shared};
 use super::slot::{KeptController, Slot, Stop};
 use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::request::CompletionRequest;
+use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
 use crate::core::speculation::cost::BatchCost;
 use crate::core::speculation::invariance::InvarianceCheck;
 use crate::core::text::events::{CompletionResult, SpeculativeStats};
@@ -71,6 +72,10 @@ pub struct Worker<'m> {
     /// The draft model's controllers, kept across requests by their settings.
     model_ctls: Vec<KeptController>,
     invariance: InvarianceCheck,
+    /// llguidance's compiler for this vocabulary (built at the first constraint).
+    compiler: Option<Compiler>,
+    /// Recently compiled constraints, newest last.
+    compiled: Vec<(Grammar, Constraint)>,
     n_ctx: usize,
     n_batch: usize,
 }
@@ -106,6 +111,8 @@ impl<'m> Worker<'m> {
             draft,
             model_ctls: Vec::new(),
             invariance: InvarianceCheck::default(),
+            compiler: None,
+            compiled: Vec::new(),
             n_ctx: info.n_ctx as usize,
             n_batch,
         };

@@ -1,0 +1,362 @@
+//! Constraints computed by llguidance: which tokens may come next under a
+//! JSON schema or a Lark grammar (structured output, tool calls), and which
+//! bytes the grammar forces from here (what the grammar drafter proposes).
+//!
+//! A `Constraint` is one request's matcher: the sampler masks the logits
+//! with `allowed()` before it chooses, then `consume`s the chosen token.
+//! Drafted tokens are never consumed, only chosen ones, so verification
+//! needs no rollback. llguidance poisons a matcher on any error; this
+//! wrapper reports that once, as an error, and never hands back a mask that
+//! would let generation go on unconstrained.
+//!
+//! Compiling is bounded by llguidance's `ParserLimits` (lexer fuel, items,
+//! grammar size) and, before that, by the request's own limits (schema size
+//! and nesting, checked when it is parsed).
+
+use std::sync::Arc;
+
+use llguidance::api::{ParserLimits, TopLevelGrammar};
+use llguidance::earley::SlicedBiasComputer;
+use llguidance::toktrie::{InferenceCapabilities, SimpleVob, TokEnv};
+use llguidance::{Matcher, ParserFactory};
+use serde_json::Value;
+
+/// What a constraint is made from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Grammar {
+    /// A JSON schema (its JSON text is the cache key).
+    JsonSchema(Value),
+    /// A Lark grammar (llguidance's dialect, with `%json` schemas inside).
+    Lark(String),
+}
+
+impl Grammar {
+    fn top_level(&self) -> TopLevelGrammar {
+        match self {
+            Grammar::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
+            Grammar::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
+        }
+    }
+}
+
+/// How JSON is laid out under a constraint: Python's `json.dumps` style
+/// (`", "` and `": "`, no other whitespace). llguidance's default allows any
+/// whitespace anywhere, without bound: a small model can then loop on
+/// newlines forever. This is also how chat templates print JSON.
+pub fn json_layout() -> Value {
+    serde_json::json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " })
+}
+
+/// Compiles grammars for one vocabulary. Built once per model (it walks the
+/// vocabulary); cheap to share.
+#[derive(Clone)]
+pub struct Compiler {
+    factory: Arc<ParserFactory>,
+    n_vocab: usize,
+}
+
+impl Compiler {
+    pub fn new(env: &TokEnv) -> Result<Compiler, String> {
+        let mut factory = ParserFactory::new(env, InferenceCapabilities::default(), &SlicedBiasComputer::general_slices())
+            .map_err(|e| format!("llguidance: {e}"))?;
+        // Nothing on stderr; errors without the generated text in them.
+        factory.quiet();
+        *factory.limits_mut() = ParserLimits { verbose_errors: false, ..ParserLimits::default() };
+        let n_vocab = env.tok_trie().vocab_size();
+        Ok(Compiler { factory: Arc::new(factory), n_vocab })
+    }
+
+    /// Compiles `grammar`. The error is llguidance's reason, first line only.
+    pub fn compile(&self, grammar: &Grammar) -> Result<Constraint, String> {
+        let parser = self.factory.create_parser(grammar.top_level()).map_err(|e| first_line(&format!("{e:#}")))?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(first_line(&e));
+        }
+        Ok(Constraint { matcher, n_vocab: self.n_vocab, failure: None })
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Where in `schema` (which does not compile) the problem is: the path
+    /// of the deepest part that fails to compile on its own (`.properties.a`),
+    /// empty when only the whole fails. llguidance's messages do not say.
+    pub fn locate(&self, schema: &Value) -> String {
+        let mut path = String::new();
+        let mut at = schema;
+        let mut budget = 64;
+        'descend: loop {
+            for (step, child) in children(at) {
+                if budget == 0 {
+                    break 'descend;
+                }
+                budget -= 1;
+                let mut alone = child.clone();
+                if let Some(o) = alone.as_object_mut() {
+                    o.insert("x-guidance".into(), json_layout());
+                }
+                if let Err(e) = self.compile(&Grammar::JsonSchema(alone)) {
+                    // A reference into the whole does not resolve alone.
+                    if e.contains("Pointer") || e.contains("$ref") || e.contains("registry") {
+                        continue;
+                    }
+                    path.push_str(&step);
+                    at = child;
+                    continue 'descend;
+                }
+            }
+            break;
+        }
+        path
+    }
+}
+
+/// The sub-schemas of a schema, each with the path step to it.
+fn children(schema: &Value) -> Vec<(String, &Value)> {
+    let mut out = Vec::new();
+    let Some(o) = schema.as_object() else { return out };
+    for key in ["properties", "$defs", "definitions", "patternProperties"] {
+        if let Some(Value::Object(m)) = o.get(key) {
+            out.extend(m.iter().map(|(k, v)| (format!(".{key}.{k}"), v)));
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "if", "then", "else", "contains"] {
+        if let Some(v @ Value::Object(_)) = o.get(key) {
+            out.push((format!(".{key}"), v));
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(a)) = o.get(key) {
+            out.extend(a.iter().enumerate().map(|(i, v)| (format!(".{key}[{i}]"), v)));
+        }
+    }
+    out
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or(s).trim().to_string()
+}
+
+/// One request's constraint.
+pub struct Constraint {
+    matcher: Matcher,
+    n_vocab: usize,
+    failure: Option<String>,
+}
+
+impl Constraint {
+    /// The tokens allowed next: a bit per token id (end-of-generation tokens
+    /// only where the grammar may end; only those once it has ended).
+    pub fn allowed(&mut self) -> Result<SimpleVob, String> {
+        if let Some(f) = &self.failure {
+            return Err(f.clone());
+        }
+        self.matcher.compute_mask_or_eos().map_err(|e| self.fail(format!("the constraint failed: {}", first_line(&e.to_string()))))
+    }
+
+    /// Whether token `id` is allowed by `mask` (ids past the vocabulary are not).
+    pub fn is_allowed(&self, mask: &SimpleVob, id: i32) -> bool {
+        usize::try_from(id).is_ok_and(|i| i < self.n_vocab && mask.is_allowed(i as u32))
+    }
+
+    /// Records `token` as generated. A token chosen under the mask always
+    /// fits; once the grammar has ended, only an end-of-generation token can
+    /// be chosen, and it is not fed to the finished matcher.
+    pub fn consume(&mut self, token: i32) -> Result<(), String> {
+        if let Some(f) = &self.failure {
+            return Err(f.clone());
+        }
+        if self.matcher.is_stopped() {
+            return Ok(());
+        }
+        let Ok(t) = u32::try_from(token) else { return Err(self.fail(format!("token {token} is not a token id"))) };
+        self.matcher.consume_token(t).map_err(|e| self.fail(format!("the constraint failed: {}", first_line(&e.to_string()))))
+    }
+
+    /// The bytes the grammar forces from here on (special tokens as
+    /// `\xFF[id]`); empty when nothing is forced.
+    pub fn forced_bytes(&mut self) -> Vec<u8> {
+        if self.failure.is_some() || self.matcher.is_stopped() {
+            return Vec::new();
+        }
+        self.matcher.compute_ff_bytes()
+    }
+
+    /// Why the constraint stopped working, if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// An independent copy (for a compiled grammar reused by later requests).
+    pub fn deep_clone(&self) -> Constraint {
+        Constraint { matcher: self.matcher.deep_clone(), n_vocab: self.n_vocab, failure: self.failure.clone() }
+    }
+
+    fn fail(&mut self, why: String) -> String {
+        self.failure = Some(why.clone());
+        why
+    }
+}
+
+/// Splits forced bytes into text runs and special tokens (`\xFF[id]`).
+pub fn split_forced(bytes: &[u8]) -> Vec<Forced<'_>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == 0xFF {
+            if let Some((n, id)) =
+                bytes.get(i + 1..).filter(|r| r.first() == Some(&b'[')).and_then(llguidance::toktrie::parse_numeric_token)
+            {
+                if i > start {
+                    out.push(Forced::Text(&bytes[start..i]));
+                }
+                out.push(Forced::Token(id));
+                i += 1 + n;
+                start = i;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    if start < bytes.len() {
+        out.push(Forced::Text(&bytes[start..]));
+    }
+    out
+}
+
+/// A piece of forced output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Forced<'a> {
+    Text(&'a [u8]),
+    Token(u32),
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::sync::Arc;
+
+    use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+
+    /// A toy vocabulary: every byte, some words, and three special tokens;
+    /// `<|end|>` is the end of generation.
+    pub fn env() -> (TokEnv, Vec<Vec<u8>>) {
+        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        for w in ["{\"", "\":", "\", \"", "name", "arguments", "city", "Paris", "true", "false", " ", "\n", "<tool_call>", "</tool_call>"] {
+            words.push(w.as_bytes().to_vec());
+        }
+        words.push(b"\xFF<|im_start|>".to_vec());
+        words.push(b"\xFF<|im_end|>".to_vec());
+        words.push(b"\xFF<|end|>".to_vec());
+        let eos = words.len() as u32 - 1;
+        let info = TokRxInfo::new(words.len() as u32, eos);
+        let trie = TokTrie::from(&info, &words).with_eos_tokens(&[eos, eos - 1]);
+        (Arc::new(ApproximateTokEnv::new(trie)), words)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::env;
+    use super::*;
+    use serde_json::json;
+
+    fn id(words: &[Vec<u8>], w: &[u8]) -> i32 {
+        words.iter().position(|x| x == w).unwrap() as i32
+    }
+
+    fn schema() -> Value {
+        let mut s = json!({ "type": "object", "properties": { "city": { "type": "string" }, "ok": { "type": "boolean" } }, "required": ["city", "ok"], "additionalProperties": false });
+        s["x-guidance"] = json_layout();
+        s
+    }
+
+    #[test]
+    fn a_schema_masks_forces_and_ends() {
+        let (env, words) = env();
+        let compiler = Compiler::new(&env).unwrap();
+        let mut c = compiler.compile(&Grammar::JsonSchema(schema())).unwrap();
+        // Nothing but `{` can start the object.
+        let mask = c.allowed().unwrap();
+        assert!(c.is_allowed(&mask, id(&words, b"{")));
+        assert!(!c.is_allowed(&mask, id(&words, b"x")));
+        assert!(!c.is_allowed(&mask, id(&words, b"\xFF<|end|>")));
+        assert_eq!(c.forced_bytes(), b"{\"city\": \"");
+        for t in [b"{\"".as_slice(), b"city", b"\":", b" ", b"\"", b"Paris", b"\"", b",", b" ", b"\"", b"o", b"k", b"\":", b" ", b"true"] {
+            let token = id(&words, t);
+            let mask = c.allowed().unwrap();
+            assert!(c.is_allowed(&mask, token), "{}", String::from_utf8_lossy(t));
+            c.consume(token).unwrap();
+        }
+        assert_eq!(c.forced_bytes(), b"}");
+        c.consume(id(&words, b"}")).unwrap();
+        // Ended: only end-of-generation tokens, and consuming one is fine.
+        let mask = c.allowed().unwrap();
+        assert!(c.is_allowed(&mask, id(&words, b"\xFF<|end|>")) && c.is_allowed(&mask, id(&words, b"\xFF<|im_end|>")));
+        assert!(!c.is_allowed(&mask, id(&words, b" ")));
+        c.consume(id(&words, b"\xFF<|end|>")).unwrap();
+        assert!(c.forced_bytes().is_empty());
+    }
+
+    #[test]
+    fn a_token_outside_the_grammar_fails_the_constraint_for_good() {
+        let (env, words) = env();
+        let mut c = Compiler::new(&env).unwrap().compile(&Grammar::JsonSchema(schema())).unwrap();
+        let e = c.consume(id(&words, b"x")).unwrap_err();
+        assert!(e.starts_with("the constraint failed"), "{e}");
+        assert!(c.allowed().is_err());
+        assert_eq!(c.failure(), Some(e.as_str()));
+    }
+
+    #[test]
+    fn compile_errors_are_one_line() {
+        let (env, _) = env();
+        let compiler = Compiler::new(&env).unwrap();
+        for (g, want) in [
+            (Grammar::JsonSchema(json!({ "type": "strin" })), "strin"),
+            (Grammar::JsonSchema(json!({ "type": "object", "if": {} })), "Unimplemented keys"),
+            (Grammar::Lark("start: foo bar".into()), "unknown name"),
+        ] {
+            let e = compiler.compile(&g).err().expect("an error");
+            assert!(e.contains(want) && !e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_failing_schema_is_located() {
+        let (env, _) = env();
+        let compiler = Compiler::new(&env).unwrap();
+        let schema = json!({ "type": "object", "properties": { "a": { "type": "string" }, "b": { "type": "array", "items": { "type": "object", "properties": { "c": { "type": "strin" } } } } } });
+        assert_eq!(compiler.locate(&schema), ".properties.b.items.properties.c");
+        assert_eq!(compiler.locate(&json!({ "type": "strin" })), "");
+    }
+
+    #[test]
+    fn special_tokens_in_forced_bytes() {
+        assert_eq!(split_forced(b"ab\xFF[12]c\xFF[7]"), vec![Forced::Text(b"ab"), Forced::Token(12), Forced::Text(b"c"), Forced::Token(7)]);
+        assert_eq!(split_forced(b"\xFFx"), vec![Forced::Text(b"\xFFx")]);
+        assert_eq!(split_forced(b""), Vec::<Forced>::new());
+    }
+
+    #[test]
+    fn a_lazy_tool_call_grammar_leaves_text_free_until_the_opener() {
+        let (env, words) = env();
+        let compiler = Compiler::new(&env).unwrap();
+        let lark = r#"start: tool_call* TEXT
+TEXT: /(.|\n)*/
+tool_call: tool_hd "\n" call "\n</tool_call>"
+tool_hd[lazy]: TEXT "<tool_call>"
+call: %json {"type": "object", "properties": {"name": {"const": "get"}}, "required": ["name"], "additionalProperties": false, "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}}
+"#;
+        let mut c = compiler.compile(&Grammar::Lark(lark.into())).unwrap();
+        for t in [b"x".as_slice(), b" ", b"<tool_call>", b"\n"] {
+            let token = id(&words, t);
+            let mask = c.allowed().unwrap();
+            assert!(c.is_allowed(&mask, token));
+            c.consume(token).unwrap();
+        }
+        assert_eq!(c.forced_bytes(), b"{\"name\": \"get\"}\n</tool_call>");
+    }
+}
