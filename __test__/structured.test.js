@@ -98,3 +98,21 @@ test('beside other requests: every case decoded together gives its output alone'
   expect(together.map(trace)).toEqual(alone)
   expect(together.some((r) => r.result.speculative.drafters.grammar.n_accepted > 0)).toBe(true)
 })
+
+test('forced text is written in the tokenizer’s own tokens, not spelled in pieces the mask would allow', async () => {
+  const keys = ['notifications', 'privacy', 'font_size', 'autosave']
+  const schema = {
+    type: 'object',
+    properties: Object.fromEntries(keys.map((k) => [k, { type: 'string', enum: ['on', 'off'] }])),
+    required: keys,
+    additionalProperties: false,
+  }
+  const r = await run(engine, { messages: ask('Give my app settings as JSON.'), json_schema: schema, n_predict: 64, temperature: 0, speculative: { mode: 'off' } })
+  const ids = r.tokens.map((t) => t.id)
+  const contains = (seq) => ids.some((_, i) => seq.every((t, j) => ids[i + j] === t))
+  expect(Object.keys(JSON.parse(r.result.content))).toEqual(keys)
+  for (const k of keys.slice(1)) {
+    // `, "key": "`: the key's canonical tokens follow the separator.
+    expect({ k, canonical: contains(engine.tokenize(`${k}":`)) }).toEqual({ k, canonical: true })
+  }
+})

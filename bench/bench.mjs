@@ -582,6 +582,7 @@ const STRUCTURED = [
   ['enums', { ...chat('Give my app settings as JSON.'), response_format: { type: 'json_schema', json_schema: { name: 'settings', schema: SETTINGS } } }, SETTINGS],
   ['a tool call', { ...chat('What is the weather in Paris?'), tools: [WEATHER_TOOL], tool_choice: 'required', parallel_tool_calls: false }, null],
   ['free text', FREE_PROMPTS[0], null],
+  ['free text, tools offered', { ...FREE_PROMPTS[0], tools: [WEATHER_TOOL] }, null],
 ]
 
 if (sections.has('structured')) {
@@ -591,10 +592,24 @@ if (sections.has('structured')) {
   const maskBin = join(root, 'target', 'release', 'examples', 'mask_cost')
   const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: CONTEXT, threads: THREADS })
   const t1 = engine.status().batchCostMs[1]
+  const bc = engine.status().batchCostMs
+  // A batch of k rows priced from the measured costs (linear between the sizes measured).
+  const price = (k) => {
+    if (bc[k]) return bc[k]
+    const lo = bc.findLastIndex((c, n) => n < k && c)
+    const hi = bc.findIndex((c, n) => n > k && c)
+    return hi < 0 ? (bc[lo] * k) / lo : bc[lo] + ((bc[hi] - bc[lo]) * (k - lo)) / (hi - lo)
+  }
+  // Tokens/s gained over one token per step, priced: n·t1 / Σ t(rows), a
+  // step of [tokens, rows] (rows: the pending token and the draft).
+  const priced = (steps) => (steps.reduce((a, [n]) => a + n, 0) * price(1)) / steps.reduce((a, [, rows]) => a + price(rows), 0)
   const one = async (input, mode) => {
-    const r = await engine.complete({ ...input, n_predict: N, temperature: 0, cache_prompt: false, speculative: { mode } })
+    const steps = []
+    const r = await engine.complete({ ...input, n_predict: N, temperature: 0, cache_prompt: false, speculative: { mode } }, (e) => {
+      if (e.type === 'token' && e.tokens.length > 0) steps.push([e.tokens.length, 1 + e.n_drafted])
+    })
     const g = r.speculative.drafters.grammar ?? { n_accepted: 0 }
-    return { tps: r.timings.predicted_per_second, n: r.tokens_predicted, grammar: g.n_accepted, content: r.content, calls: r.tool_calls }
+    return { tps: r.timings.predicted_per_second, n: r.tokens_predicted, grammar: g.n_accepted, content: r.content, calls: r.tool_calls, steps }
   }
   const rows = []
   for (const [name, input, schema] of STRUCTURED) {
@@ -618,14 +633,16 @@ if (sections.has('structured')) {
       'auto t/s': fmt(median(auto.map((x) => x.tps))),
       'auto/off': `${fmt(median(paired), 2)} (${fmt(Math.min(...paired), 2)}–${fmt(Math.max(...paired), 2)})`,
       'grammar-drafted': pct(median(auto.map((x) => x.grammar / x.n))),
+      'auto priced': `${fmt(priced(auto[0].steps), 2)}`,
+      'ceiling priced': mask ? fmt(priced(mask.steps.map((k) => [k, k])), 2) : '-',
       'same output': auto.every((a) => a.content === off[0].content && JSON.stringify(a.calls?.map((c) => c.function)) === JSON.stringify(off[0].calls?.map((c) => c.function))),
       'llguidance µs/token': mask ? `${fmt(mask.llguidance_us.p50, 0)} (mean ${fmt(mask.llguidance_us.mean, 0)})` : '-',
       'GBNF µs/token': mask ? `${fmt(mask.gbnf_us.p50, 0)} (mean ${fmt(mask.gbnf_us.mean, 0)})` : '-',
-      'mask / step': mask && t1 ? pct(mask.llguidance_us.mean / 1000 / t1) : '-',
+      'mask / step': mask && bc[1] ? pct(mask.llguidance_us.mean / 1000 / bc[1]) : '-',
     })
   }
   table(rows, Object.keys(rows[0]))
-  console.log(`auto/off = median (min–max) of ${REPEATS} runs, each against the off run just before it; grammar-drafted = tokens the grammar drafter proposed and the target accepted; µs/token = computing the mask and masking the whole vocabulary (median, mean); mask / step = llguidance's mean against one decode step (t1 ${fmt(t1)} ms)`)
+  console.log(`auto/off = median (min–max) of ${REPEATS} runs, each against the off run just before it; grammar-drafted = tokens the grammar drafter proposed and the target accepted; auto priced = auto's steps priced with the batch costs measured at load (the noise-free auto/off); ceiling priced = an oracle that drafts every forced token after each free one, same prices; µs/token = computing the mask and masking the whole vocabulary (median, mean); mask / step = llguidance's mean against one decode step. Batch costs (ms): t1 ${fmt(bc[1])}, t2 ${fmt(bc[2])}, t4 ${fmt(bc[4])}, t8 ${fmt(bc[8])}, t16 ${fmt(bc[16])}`)
   results.structured = rows
   await engine.dispose()
   console.log(`(structured section: ${elapsed(since)})`)

@@ -6,8 +6,12 @@
 //!
 //! cargo run --release --example mask_cost -- MODEL SCHEMA_JSON TEXT
 //!
-//! Prints `{ "tokens": n, "llguidance_us": {…}, "gbnf_us": {…} }` with the
-//! mean, median, 90th percentile and maximum microseconds per token.
+//! Prints `{ "tokens": n, "llguidance_us": {…}, "gbnf_us": {…}, "steps": […] }`
+//! with the mean, median, 90th percentile and maximum microseconds per
+//! token, and the decoding steps an oracle grammar drafter would take on
+//! this text (each step: the pending token and the forced tokens that
+//! follow it, as the engine's grammar drafter drafts them, cut at 16) — with
+//! the measured batch costs, the ceiling of grammar drafting on it.
 
 #[path = "../common/napi_stubs.rs"]
 mod napi_stubs;
@@ -23,6 +27,7 @@ use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::LlamaToken;
 use llama_engine::core::chat::format::json_answer;
 use llama_engine::core::sampling::constraint::Compiler;
+use llama_engine::core::sampling::constraint::Next;
 use serde_json::{json, Value};
 
 fn stats(mut us: Vec<f64>) -> Value {
@@ -49,28 +54,63 @@ fn main() {
     let schema: Value = serde_json::from_str(schema).expect("SCHEMA_JSON: a JSON schema");
     let mut backend = LlamaBackend::init().expect("backend");
     backend.void_logs();
-    let model = LlamaModel::load_from_file(&backend, model_path, &LlamaModelParams::default()).expect("model");
+    let model = std::sync::Arc::new(LlamaModel::load_from_file(&backend, model_path, &LlamaModelParams::default()).expect("model"));
     let n_vocab = model.n_vocab();
     let tokens = model.vocab().tokenize(text.as_bytes(), false, false);
 
-    // llguidance, through the engine's own compiler and layout.
+    // llguidance, through the engine's own compiler, layout and rule (the
+    // canonical token where text is forced, else the mask).
+    let tokenize = {
+        let model = model.clone();
+        std::rc::Rc::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect::<Vec<i32>>())
+    };
     let env = LlamaSampler::llguidance_tok_env(&model);
     let compiler = Compiler::new(&env).expect("llguidance");
-    let mut c = compiler.compile(&json_answer(&schema)).expect("the schema compiles");
+    let mut c = compiler.compile(&json_answer(&schema)).expect("the schema compiles").with_tokenizer(tokenize.clone());
     let mut llg = Vec::new();
     for &t in &tokens {
         let mut arr = candidates(n_vocab);
         let start = Instant::now();
-        let mask = c.allowed().expect("a mask");
-        for d in arr.data.iter_mut() {
-            if !c.is_allowed(&mask, d.id().0) {
-                d.set_logit(f32::NEG_INFINITY);
+        match c.next_token().expect("a mask") {
+            Next::Forced(id) => {
+                for d in arr.data.iter_mut() {
+                    if d.id().0 != id {
+                        d.set_logit(f32::NEG_INFINITY);
+                    }
+                }
+            }
+            Next::Mask(mask) => {
+                for d in arr.data.iter_mut() {
+                    if !c.is_allowed(&mask, d.id().0) {
+                        d.set_logit(f32::NEG_INFINITY);
+                    }
+                }
             }
         }
         llg.push(start.elapsed().as_secs_f64() * 1e6);
         if c.consume(t.0).is_err() {
             break;
         }
+    }
+
+    // The oracle's steps: every forced token drafted, every draft accepted.
+    let mut c = compiler.compile(&json_answer(&schema)).expect("the schema compiles").with_tokenizer(tokenize);
+    let ids: Vec<i32> = tokens.iter().map(|t| t.0).collect();
+    let mut steps = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        if c.consume(ids[i]).is_err() {
+            break;
+        }
+        let draft = c.forced(16);
+        let n = draft.iter().zip(&ids[i + 1..]).take_while(|(a, b)| a == b).count();
+        for &t in &ids[i + 1..i + 1 + n] {
+            if c.consume(t).is_err() {
+                break;
+            }
+        }
+        steps.push(1 + n);
+        i += 1 + n;
     }
 
     // GBNF: llama.cpp's grammar of the same schema.
@@ -88,5 +128,8 @@ fn main() {
         grammar.accept(t);
     }
     let gbnf_tokens = g.len();
-    println!("{}", json!({ "tokens": tokens.len(), "llguidance_us": stats(llg), "gbnf_us": stats(g), "gbnf_tokens": gbnf_tokens }));
+    println!(
+        "{}",
+        json!({ "tokens": tokens.len(), "llguidance_us": stats(llg), "gbnf_us": stats(g), "gbnf_tokens": gbnf_tokens, "steps": steps })
+    );
 }

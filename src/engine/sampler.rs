@@ -18,7 +18,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::core::error::{EngineError, Result};
 use crate::core::request::{CompletionRequest, SamplingParams};
-use crate::core::sampling::constraint::Constraint;
+use crate::core::sampling::constraint::{Constraint, Next};
 use crate::core::sampling::noise::{self, PositionNoise, Rng};
 use crate::core::sampling::Dist;
 
@@ -173,12 +173,20 @@ impl TokenSampler {
         self.greedy && self.history.is_none() && self.grammar.is_none() && self.constraint.is_none()
     }
 
-    /// Masks what the constraint does not allow (everything, once it failed).
+    /// Masks what the constraint does not allow (everything, once it
+    /// failed): all but the canonical token where it forces text.
     fn apply_constraint(&mut self, arr: &mut LlamaTokenDataArray) {
         let Some(c) = &self.constraint else { return };
         let mut c = c.borrow_mut();
-        match c.allowed() {
-            Ok(mask) => {
+        match c.next_token() {
+            Ok(Next::Forced(id)) => {
+                for d in arr.data.iter_mut() {
+                    if d.id().0 != id {
+                        d.set_logit(f32::NEG_INFINITY);
+                    }
+                }
+            }
+            Ok(Next::Mask(mask)) => {
                 for d in arr.data.iter_mut() {
                     if !c.is_allowed(&mask, d.id().0) {
                         d.set_logit(f32::NEG_INFINITY);

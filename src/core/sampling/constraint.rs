@@ -21,6 +21,8 @@ use llguidance::toktrie::{InferenceCapabilities, SimpleVob, TokEnv};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 
+use super::forced::{forced_tokens, Tokenize};
+
 /// What a constraint is made from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Grammar {
@@ -73,7 +75,7 @@ impl Compiler {
         if let Some(e) = matcher.get_error() {
             return Err(first_line(&e));
         }
-        Ok(Constraint { matcher, n_vocab: self.n_vocab, failure: None })
+        Ok(Constraint { matcher, n_vocab: self.n_vocab, failure: None, tokenize: None })
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -144,9 +146,59 @@ pub struct Constraint {
     matcher: Matcher,
     n_vocab: usize,
     failure: Option<String>,
+    /// The model's tokenizer, for the canonical tokens of forced text.
+    tokenize: Option<Tokenize>,
+}
+
+/// What may come next.
+pub enum Next {
+    /// Forced text goes on past the next token: only its canonical first token.
+    Forced(i32),
+    /// Any token the mask allows.
+    Mask(SimpleVob),
 }
 
 impl Constraint {
+    /// Forced text is written in the model's canonical tokens (see
+    /// [`super::forced`]): from here on [`next_token`](Self::next_token) allows only
+    /// their first where the grammar forces text beyond one token.
+    pub fn with_tokenizer(mut self, tokenize: Tokenize) -> Self {
+        self.tokenize = Some(tokenize);
+        self
+    }
+
+    /// What the next token may be: the canonical token of forced text (when
+    /// a tokenizer is set and the grammar accepts that token), else the mask.
+    /// The same function of the constraint's state whether a token is
+    /// decoded plainly or verified in a draft.
+    pub fn next_token(&mut self) -> Result<Next, String> {
+        if let Some(t) = self.forced_next() {
+            return Ok(Next::Forced(t));
+        }
+        self.allowed().map(Next::Mask)
+    }
+
+    fn forced_next(&mut self) -> Option<i32> {
+        let tokenize = self.tokenize.clone()?;
+        let bytes = self.forced_bytes();
+        if bytes.is_empty() {
+            return None;
+        }
+        let &first = forced_tokens(&bytes, &*tokenize, 1).first()?;
+        let id = u32::try_from(first).ok().filter(|&i| (i as usize) < self.n_vocab)?;
+        (self.matcher.validate_tokens(&[id]).ok()? == 1).then_some(first)
+    }
+
+    /// The canonical tokens of the forced text from here (at most `n_max`).
+    pub fn forced(&mut self, n_max: usize) -> Vec<i32> {
+        let Some(tokenize) = self.tokenize.clone() else { return Vec::new() };
+        let bytes = self.forced_bytes();
+        if bytes.is_empty() {
+            return Vec::new();
+        }
+        forced_tokens(&bytes, &*tokenize, n_max)
+    }
+
     /// The tokens allowed next: a bit per token id (end-of-generation tokens
     /// only where the grammar may end; only those once it has ended).
     pub fn allowed(&mut self) -> Result<SimpleVob, String> {
@@ -191,47 +243,18 @@ impl Constraint {
 
     /// An independent copy (for a compiled grammar reused by later requests).
     pub fn deep_clone(&self) -> Constraint {
-        Constraint { matcher: self.matcher.deep_clone(), n_vocab: self.n_vocab, failure: self.failure.clone() }
+        Constraint {
+            matcher: self.matcher.deep_clone(),
+            n_vocab: self.n_vocab,
+            failure: self.failure.clone(),
+            tokenize: self.tokenize.clone(),
+        }
     }
 
     fn fail(&mut self, why: String) -> String {
         self.failure = Some(why.clone());
         why
     }
-}
-
-/// Splits forced bytes into text runs and special tokens (`\xFF[id]`).
-pub fn split_forced(bytes: &[u8]) -> Vec<Forced<'_>> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == 0xFF {
-            if let Some((n, id)) =
-                bytes.get(i + 1..).filter(|r| r.first() == Some(&b'[')).and_then(llguidance::toktrie::parse_numeric_token)
-            {
-                if i > start {
-                    out.push(Forced::Text(&bytes[start..i]));
-                }
-                out.push(Forced::Token(id));
-                i += 1 + n;
-                start = i;
-                continue;
-            }
-        }
-        i += 1;
-    }
-    if start < bytes.len() {
-        out.push(Forced::Text(&bytes[start..]));
-    }
-    out
-}
-
-/// A piece of forced output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Forced<'a> {
-    Text(&'a [u8]),
-    Token(u32),
 }
 
 #[cfg(test)]
@@ -300,6 +323,47 @@ mod tests {
         assert!(c.forced_bytes().is_empty());
     }
 
+    /// Longest match over the fixture's words (special tokens excluded).
+    fn longest_match(words: Vec<Vec<u8>>) -> Tokenize {
+        std::rc::Rc::new(move |mut bytes: &[u8]| {
+            let mut out = Vec::new();
+            while !bytes.is_empty() {
+                let (id, w) = words
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| w.first() != Some(&0xFF) || w.len() == 1)
+                    .filter(|(_, w)| bytes.starts_with(w))
+                    .max_by_key(|(i, w)| (w.len(), std::cmp::Reverse(*i)))
+                    .unwrap();
+                out.push(id as i32);
+                bytes = &bytes[w.len()..];
+            }
+            out
+        })
+    }
+
+    #[test]
+    fn forced_text_is_written_in_canonical_tokens() {
+        let (env, words) = env();
+        let compiler = Compiler::new(&env).unwrap();
+        let mut c = compiler.compile(&Grammar::JsonSchema(schema())).unwrap().with_tokenizer(longest_match(words.clone()));
+        // `{"city": "` is forced: `{"`, `city`, `":`, ` ` then `"` (the last
+        // may merge with the free text after it, so it is not forced).
+        assert_eq!(c.forced(16), [b"{\"".as_slice(), b"city", b"\":", b" "].map(|w| id(&words, w)));
+        for w in [b"{\"".as_slice(), b"city", b"\":", b" "] {
+            match c.next_token().unwrap() {
+                Next::Forced(t) => assert_eq!(t, id(&words, w), "{}", String::from_utf8_lossy(w)),
+                Next::Mask(_) => panic!("{} is forced", String::from_utf8_lossy(w)),
+            }
+            c.consume(id(&words, w)).unwrap();
+        }
+        // The quote before free text: the mask, where `"` and `"Paris`-like merges are open.
+        assert!(matches!(c.next_token().unwrap(), Next::Mask(m) if m.is_allowed(id(&words, b"\"") as u32)));
+        // Without a tokenizer nothing is forced token by token.
+        let mut plain = compiler.compile(&Grammar::JsonSchema(schema())).unwrap();
+        assert!(matches!(plain.next_token().unwrap(), Next::Mask(_)) && plain.forced(16).is_empty());
+    }
+
     #[test]
     fn a_token_outside_the_grammar_fails_the_constraint_for_good() {
         let (env, words) = env();
@@ -331,13 +395,6 @@ mod tests {
         let schema = json!({ "type": "object", "properties": { "a": { "type": "string" }, "b": { "type": "array", "items": { "type": "object", "properties": { "c": { "type": "strin" } } } } } });
         assert_eq!(compiler.locate(&schema), ".properties.b.items.properties.c");
         assert_eq!(compiler.locate(&json!({ "type": "strin" })), "");
-    }
-
-    #[test]
-    fn special_tokens_in_forced_bytes() {
-        assert_eq!(split_forced(b"ab\xFF[12]c\xFF[7]"), vec![Forced::Text(b"ab"), Forced::Token(12), Forced::Text(b"c"), Forced::Token(7)]);
-        assert_eq!(split_forced(b"\xFFx"), vec![Forced::Text(b"\xFFx")]);
-        assert_eq!(split_forced(b""), Vec::<Forced>::new());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::core::error::{EngineError, Result};
 use crate::core::request::gbnf::check_gbnf;
 use crate::core::request::{prompt, CompletionRequest, PromptPart, SpecMode};
 use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
+use crate::core::sampling::forced::Tokenize;
 use crate::core::speculation::controller::DraftController;
 use crate::core::speculation::drafter::DrafterChain;
 use crate::core::speculation::grammar::GrammarDrafter;
@@ -32,9 +33,10 @@ const PANIC_PROMPT: &str = "__llama_engine_panic__";
 /// Acceptance assumed for a draft model before any is measured.
 const MODEL_PRIOR: f64 = 0.7;
 
-/// Acceptance assumed for forced tokens before any is measured: the model
-/// may split forced text into other tokens than its tokenizer does.
-const GRAMMAR_PRIOR: f64 = 0.7;
+/// Acceptance assumed for forced tokens before any is measured: the
+/// sampler forces the same tokens, but the tokenizer may cut the rest of
+/// forced text differently once its first token is written.
+const GRAMMAR_PRIOR: f64 = 0.9;
 
 /// Compiled constraints kept for the next requests with the same grammar
 /// (agents send the same tools every turn): a copy costs microseconds, a
@@ -98,6 +100,13 @@ impl<'m> Worker<'m> {
     /// one compiled before. A grammar that does not compile is the request
     /// field's error, with where in the schema when that can be found.
     fn constraint(&mut self, grammar: &Grammar, field: &'static str, req: &CompletionRequest) -> Result<Constraint> {
+        let model = self.models.target.clone();
+        let tokenize: Tokenize =
+            Rc::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect());
+        self.compiled_constraint(grammar, field, req).map(|c| c.with_tokenizer(tokenize))
+    }
+
+    fn compiled_constraint(&mut self, grammar: &Grammar, field: &'static str, req: &CompletionRequest) -> Result<Constraint> {
         if let Some(i) = self.compiled.iter().position(|(g, _)| g == grammar) {
             let kept = self.compiled.remove(i);
             let copy = kept.1.deep_clone();
@@ -181,10 +190,8 @@ impl<'m> Worker<'m> {
         let spec = &req.speculative;
         let mut chain = DrafterChain::new(spec.n_min);
         if let (Some(c), false) = (constraint, kinds.is_empty()) {
-            let model = self.models.target.clone();
-            let tokenize = Box::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect());
             let ctl = DraftController::new(spec.n_max, spec.adaptive, GRAMMAR_PRIOR).with_loss_check(false);
-            chain.push(Box::new(GrammarDrafter::new(c, tokenize)), ctl);
+            chain.push(Box::new(GrammarDrafter::new(c)), ctl);
         }
         for kind in kinds {
             match kind {
