@@ -9,14 +9,21 @@ pub enum ErrorCode {
     ModelLoadFailed,
     IncompatibleDraft,
     Disposed,
+    InvalidSession,
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in documentation order: the one list the binding exports
     /// (`errorCodes()`) and `index.d.ts` and the README are checked against.
-    pub const ALL: [ErrorCode; 5] =
-        [ErrorCode::InvalidRequest, ErrorCode::ModelLoadFailed, ErrorCode::IncompatibleDraft, ErrorCode::Disposed, ErrorCode::Internal];
+    pub const ALL: [ErrorCode; 6] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::ModelLoadFailed,
+        ErrorCode::IncompatibleDraft,
+        ErrorCode::Disposed,
+        ErrorCode::InvalidSession,
+        ErrorCode::Internal,
+    ];
 
     /// The wire name, set as `code` on the JavaScript `Error`.
     pub fn as_str(self) -> &'static str {
@@ -25,6 +32,7 @@ impl ErrorCode {
             ErrorCode::ModelLoadFailed => "MODEL_LOAD_FAILED",
             ErrorCode::IncompatibleDraft => "INCOMPATIBLE_DRAFT",
             ErrorCode::Disposed => "DISPOSED",
+            ErrorCode::InvalidSession => "INVALID_SESSION",
             ErrorCode::Internal => "INTERNAL",
         }
     }

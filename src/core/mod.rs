@@ -3,15 +3,20 @@
 //!
 //! - `request`: what callers send (requests, load options, grammars), parsed
 //!   and validated, and the one list of request fields;
+//! - `cache`: prompt state beyond its slot — llama.cpp's sequence states
+//!   checked, the host-memory prompt cache, session files;
 //! - `chat`: chat messages and their rendering with a Jinja template;
 //! - `sampling`: distributions and the per-position noise;
 //! - `speculation`: drafters, n-gram caches, pricing, the controller,
 //!   verification;
 //! - `text`: UTF-8 and stop strings, events and results;
-//! - `error`: the one error type and its stable codes.
+//! - `error`: the one error type and its stable codes;
+//! - `files`: atomic writes.
 
+pub mod cache;
 pub mod chat;
 pub mod error;
+pub mod files;
 pub mod request;
 pub mod sampling;
 pub mod speculation;

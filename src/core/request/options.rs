@@ -26,7 +26,13 @@ pub struct EngineOptions {
     pub tool_call_format: Option<Family>,
     /// Requests decoded together, each in its own slot (KV stream).
     pub parallel: usize,
+    /// MiB of host memory for states of prompts that left their slot (0: off).
+    pub prompt_cache_mb: usize,
 }
+
+/// The prompt cache's default size, MiB: tens of thousands of tokens of a
+/// small model, a few long conversations of an 8B one (see docs/prompt-cache.md).
+pub const DEFAULT_PROMPT_CACHE_MB: usize = 1024;
 
 /// Requests decoded together by default, and at most.
 pub const DEFAULT_PARALLEL: usize = 4;
@@ -52,6 +58,7 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         chat_template: chat_template(obj)?,
         tool_call_format: tool_call_format(obj)?,
         parallel: int(obj, "parallel", 1, MAX_PARALLEL as i64)?.map_or(DEFAULT_PARALLEL, |n| n as usize),
+        prompt_cache_mb: int(obj, "promptCacheMB", 0, 1 << 24)?.map_or(DEFAULT_PROMPT_CACHE_MB, |n| n as usize),
     })
 }
 
@@ -116,6 +123,8 @@ mod tests {
         let o = parse_engine_options(&json!({ "modelPath": "m.gguf" })).unwrap();
         assert_eq!(o.context_size, 4096);
         assert_eq!(o.batch_size, 512);
+        assert_eq!(o.prompt_cache_mb, DEFAULT_PROMPT_CACHE_MB);
+        assert_eq!(parse_engine_options(&json!({ "modelPath": "m", "promptCacheMB": 0 })).unwrap().prompt_cache_mb, 0);
         assert!(o.threads >= 1);
         let o = parse_engine_options(&json!({ "modelPath": "m", "draftModelPath": "d", "contextSize": 256, "threads": 2 })).unwrap();
         assert_eq!(o.draft_model_path.as_deref(), Some("d"));
@@ -136,6 +145,8 @@ mod tests {
             (json!({ "modelPath": "m", "parallel": 65 }), "parallel"),
             (json!({ "modelPath": "m", "chatTemplate": "{% if %}" }), "chatTemplate"),
             (json!({ "modelPath": "m", "toolCallFormat": "xml" }), "toolCallFormat"),
+            (json!({ "modelPath": "m", "promptCacheMB": -1 }), "promptCacheMB"),
+            (json!({ "modelPath": "m", "promptCacheMB": 0.5 }), "promptCacheMB"),
         ] {
             let e = parse_engine_options(&v).unwrap_err();
             assert!(e.message.starts_with(field), "{v}: {}", e.message);

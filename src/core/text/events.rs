@@ -157,4 +157,7 @@ pub trait EventSink: Send {
     fn token(&mut self, event: &TokenEvent) -> bool;
     /// The request is over; called exactly once, after the last `token`.
     fn finish(self: Box<Self>, outcome: Result<CompletionResult, EngineError>);
+    /// A job that is not a completion (saving or loading a session) is
+    /// over: its answer, in place of `finish`.
+    fn reply(self: Box<Self>, outcome: Result<serde_json::Value, EngineError>);
 }

@@ -3,13 +3,13 @@
 //! (llama.cpp's, see the module above).
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::{self, BufReader, Read, Write};
+use std::path::Path;
 
 use crate::core::error::{EngineError, ErrorCode, Result};
+use crate::core::files::{write_atomically, WriteError};
 
 /// The longest n-gram (llama.cpp's `LLAMA_NGRAM_MAX`).
 pub const NGRAM_MAX: usize = 4;
@@ -251,7 +251,7 @@ impl NgramCache {
     /// same cache always gives the same bytes; llama.cpp writes them in hash
     /// order, which its reader (and ours) does not care about. One
     /// `write_all` per record: wrap slow writers in a `BufWriter`.
-    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+    pub fn write_to(&self, w: &mut dyn Write) -> io::Result<()> {
         let mut ngrams: Vec<(&Ngram, &Followers)> = self.map.iter().filter(|(_, f)| !f.is_empty()).collect();
         ngrams.sort_unstable_by_key(|(ngram, _)| ngram.0);
 
@@ -282,19 +282,9 @@ impl NgramCache {
     /// as it was. A path that cannot be created is `INVALID_REQUEST`; a
     /// failure after that (disk full, ...) is `INTERNAL`.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let tmp = temp_path(path);
-        let file = File::create(&tmp).map_err(|e| EngineError::invalid(FIELD, format!("cannot write {}: {e}", path.display())))?;
-        let written = (|| -> io::Result<()> {
-            let mut w = BufWriter::with_capacity(1 << 16, file);
-            self.write_to(&mut w)?;
-            let file = w.into_inner().map_err(|e| e.into_error())?;
-            file.sync_all()?;
-            drop(file);
-            fs::rename(&tmp, path)
-        })();
-        written.map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            EngineError::internal(format!("{FIELD}: saving {} failed: {e}", path.display()))
+        write_atomically(path, |w| self.write_to(w)).map_err(|e| match e {
+            WriteError::Create(e) => EngineError::invalid(FIELD, format!("cannot write {}: {e}", path.display())),
+            WriteError::Write(e) => EngineError::internal(format!("{FIELD}: saving {} failed: {e}", path.display())),
         })
     }
 
@@ -384,13 +374,6 @@ fn corrupt(why: String) -> EngineError {
 }
 
 /// A sibling of `path` no other save (in this process or another) uses.
-fn temp_path(path: &Path) -> PathBuf {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.{}.{seq}.tmp", std::process::id()))
-}
-
 struct CountingReader<'a, R: Read> {
     inner: &'a mut R,
     offset: u64,

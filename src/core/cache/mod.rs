@@ -1,0 +1,7 @@
+//! Prompt state kept beyond its slot: a sequence's KV cells as llama.cpp
+//! serialises them (`state`), the host-memory prompt cache of recent states
+//! (`prompt_cache`) and session files (`session`).
+
+pub mod prompt_cache;
+pub mod session;
+pub mod state;
