@@ -14,10 +14,24 @@ export declare class NativeEngine {
    * exactly one `done` event or an `Error`, arrives through `onEvent`.
    */
   submit(requestJson: string, onEvent: (event: string | Error) => void): number
-  /** Renders chat messages (JSON) with the engine's chat template. */
-  applyChatTemplate(messagesJson: string, addGenerationPrompt: boolean): string
+  /**
+   * Renders a chat request's messages (JSON: `messages` and the fields that
+   * reach the template, e.g. `tools`) with the engine's chat template.
+   */
+  applyChatTemplate(requestJson: string, addGenerationPrompt: boolean): string
   /** Aborts one request, queued or running. */
   abort(id: number): void
+  /**
+   * Saves a conversation's (`{ messages, tools? … }` or `{ prompt }`,
+   * JSON) KV cells to `path`; the answer (`{ tokens, exact, bytes }`) or
+   * its error arrives through `onEvent`, as a request's `done` does.
+   */
+  saveSession(path: string, conversationJson: string, onEvent: (event: string | Error) => void): void
+  /**
+   * Loads a session file into a free slot; the answer (`{ tokens, exact,
+   * messages | prompt }`) or its error arrives through `onEvent`.
+   */
+  loadSession(path: string, onEvent: (event: string | Error) => void): void
   /** Stops every running request (queued ones then start). */
   cancel(): void
   status(): Record<string, unknown>

@@ -1,7 +1,7 @@
 // Public types of llama-engine. The native layer's own generated types are
 // in binding.d.ts; this file is the surface users see.
 
-export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INTERNAL'
+export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INVALID_SESSION' | 'INTERNAL'
 
 /** Every rejection and throw of the engine is an Error with one of these codes. */
 export interface LlamaEngineError extends Error {
@@ -70,7 +70,40 @@ export interface EngineOptions {
    * it); more wait in FIFO order. Default 4; 1 decodes one request at a time.
    */
   parallel?: number
+  /**
+   * MiB of host memory for the prompt cache: before a slot's cells are
+   * overwritten by another prompt, they are kept here (least recently used
+   * out first) and restored when a later prompt starts with them. Default
+   * 1024; 0 turns it off.
+   */
+  promptCacheMB?: number
 }
+
+/** What a chat session is saved with: the conversation so far, or a prompt. */
+export type SessionConversation =
+  | ({ messages: ChatMessage[] } & Pick<CompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls' | 'chat_template_kwargs'>)
+  | { prompt: string | Array<string | number> }
+
+export interface SavedSession {
+  /** Tokens whose KV cells the file holds. */
+  tokens: number
+  /** The cells are what computing the tokens gives (always, for files this version writes). */
+  exact: boolean
+  /** The file's size in bytes. */
+  bytes: number
+}
+
+export type LoadedSession = {
+  /** Tokens now held by a slot: a request starting with them evaluates only what follows. */
+  tokens: number
+  /**
+   * The cells are bit-identical to computing the tokens here: the file was
+   * written by this version of llama-engine on a back end with the same CPU
+   * features. False: valid cells, but output may differ from a cold run in
+   * the last bits.
+   */
+  exact: boolean
+} & SessionConversation
 
 /** A text part of an OpenAI-style message. */
 export interface ChatContentPart {
@@ -320,6 +353,8 @@ export interface EngineStatus {
    */
   addon?: string
   tokensCached?: number
+  /** The host-memory prompt cache (`promptCacheMB`): states kept, their size, and restores. */
+  promptCache?: { entries: number; bytes: number; hits: number; limitBytes: number }
   /** Measured cost (ms) of a target batch of n tokens, at index n. */
   batchCostMs?: Array<number | null>
   /** Measured cost (ms) of one draft-model step. */
@@ -355,6 +390,19 @@ export declare class LlamaEngine {
   status(): EngineStatus
   /** Writes the dynamic n-gram cache (llama.cpp lookup format) to `path`, or to `ngramCachePath`. */
   saveNgramCache(path?: string): Promise<void>
+  /**
+   * Evaluates a conversation (or prompt) as its next request will start —
+   * reusing whatever of it is cached — and writes its KV cells to `path`
+   * atomically, beside running requests.
+   */
+  saveSession(path: string, conversation: SessionConversation): Promise<SavedSession>
+  /**
+   * Reads and checks a session file, then puts its cells into a free slot:
+   * the next request starting with its tokens reuses them. A file of another
+   * model or KV settings, truncated, corrupted or not a session rejects with
+   * `INVALID_SESSION`.
+   */
+  loadSession(path: string): Promise<LoadedSession>
   /** Frees models and contexts now, not at GC. */
   dispose(): Promise<void>
 }

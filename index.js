@@ -223,6 +223,69 @@ class LlamaEngine {
     })
   }
 
+  /**
+   * Saves the KV cells of a conversation (`{ messages, tools?, tool_choice?,
+   * parallel_tool_calls?, chat_template_kwargs? }`) or a `{ prompt }` to
+   * `path`, atomically. The conversation is evaluated as its next request
+   * will start (whatever of it is cached is reused); resolves with
+   * `{ tokens, exact, bytes }`. Runs beside other requests.
+   */
+  saveSession(path, conversation) {
+    return this.#sessionJob(() => {
+      if (typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+      if (conversation === null || typeof conversation !== 'object' || Array.isArray(conversation)) {
+        throw engineError('INVALID_REQUEST', 'conversation: expected { messages } or { prompt }')
+      }
+      let json
+      try {
+        json = JSON.stringify(conversation, replacer)
+      } catch (e) {
+        throw engineError('INVALID_REQUEST', `conversation: cannot be serialised (${e.message})`)
+      }
+      return (handle) => this.#native.saveSession(path, json, handle)
+    })
+  }
+
+  /**
+   * Loads a session file written by `saveSession` into a free slot: the
+   * next request starting with its tokens reuses them. Resolves with
+   * `{ tokens, exact, messages | prompt }`; a file that is not a session of
+   * this model and KV settings, truncated or corrupted rejects with
+   * `INVALID_SESSION`.
+   */
+  loadSession(path) {
+    return this.#sessionJob(() => {
+      if (typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+      return (handle) => this.#native.loadSession(path, handle)
+    })
+  }
+
+  #sessionJob(prepare) {
+    return new Promise((resolve, reject) => {
+      if (this.#disposed) return reject(engineError('DISPOSED', 'the engine has been disposed'))
+      let start
+      try {
+        start = prepare()
+      } catch (e) {
+        return reject(e)
+      }
+      const handle = (text) => {
+        if (typeof text !== 'string') return reject(coded(text))
+        try {
+          const { type, ...answer } = JSON.parse(text)
+          resolve(answer)
+        } catch (e) {
+          reject(engineError('INTERNAL', `bad answer from the engine: ${e.message}`))
+        }
+      }
+      try {
+        start(handle)
+      } catch (e) {
+        reject(coded(e))
+      }
+    })
+  }
+
   /** The same events as `complete`, as an async iterator. Breaking out of the loop aborts the request. */
   stream(request, signal) {
     const queue = []

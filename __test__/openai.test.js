@@ -42,7 +42,11 @@ describe('OpenAI API with the official client', () => {
       prompt_tokens: direct.tokens_evaluated,
       completion_tokens: direct.tokens_predicted,
       total_tokens: direct.tokens_evaluated + direct.tokens_predicted,
+      prompt_tokens_details: { cached_tokens: expect.any(Number) },
     })
+    // The same prompt again: all of it but its last token comes from the cache.
+    const again = await client.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 4 })
+    expect(again.usage.prompt_tokens_details.cached_tokens).toBe(again.usage.prompt_tokens - 1)
     const cut = await client.chat.completions.create({ model: MODEL, messages, temperature: 0, max_completion_tokens: 3 })
     expect(cut.choices[0].finish_reason).toBe('length')
     expect(cut.usage.completion_tokens).toBe(3)
@@ -64,7 +68,10 @@ describe('OpenAI API with the official client', () => {
     expect(chunks[0].choices[0].delta.role).toBe('assistant')
     const usage = chunks.pop()
     expect(usage.choices).toEqual([])
-    expect(usage.usage).toEqual(full.usage)
+    const { prompt_tokens_details: cached, ...counts } = usage.usage
+    const { prompt_tokens_details: _, ...fullCounts } = full.usage
+    expect(counts).toEqual(fullCounts)
+    expect(cached.cached_tokens).toBe(counts.prompt_tokens - 1)
     const last = chunks.pop()
     expect(last.choices[0].finish_reason).toBe(full.choices[0].finish_reason)
     expect(chunks.every((c) => c.choices[0].finish_reason === null)).toBe(true)

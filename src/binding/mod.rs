@@ -182,7 +182,13 @@ impl NativeEngine {
         or_throw(env, self.engine.prepare(&mut request))?;
         let tsfn = JsEventSink::function(&on_event)?;
         let id = self.engine.next_job_id();
-        self.engine.submit(Job { id, request, sink: Box::new(JsEventSink::new(tsfn)), cancel: Arc::new(AtomicBool::new(false)) });
+        self.engine.submit(Job {
+            id,
+            request,
+            sink: Box::new(JsEventSink::new(tsfn)),
+            cancel: Arc::new(AtomicBool::new(false)),
+            session: None,
+        });
         Ok(id as f64)
     }
 
@@ -200,6 +206,26 @@ impl NativeEngine {
     #[napi]
     pub fn abort(&self, id: f64) {
         self.engine.abort(id as u64);
+    }
+
+    /// Saves a conversation's (`{ messages, tools? … }` or `{ prompt }`,
+    /// JSON) KV cells to `path`; the answer (`{ tokens, exact, bytes }`) or
+    /// its error arrives through `onEvent`, as a request's `done` does.
+    #[napi(catch_unwind, ts_args_type = "path: string, conversationJson: string, onEvent: (event: string | Error) => void")]
+    pub fn save_session(&self, env: &Env, path: String, conversation_json: String, on_event: Function<'_, String, ()>) -> Result<()> {
+        let conversation = or_throw(env, parse_json(&conversation_json, "conversation"))?;
+        let tsfn = JsEventSink::function(&on_event)?;
+        self.engine.save_session(&path, conversation, Box::new(JsEventSink::new(tsfn)));
+        Ok(())
+    }
+
+    /// Loads a session file into a free slot; the answer (`{ tokens, exact,
+    /// messages | prompt }`) or its error arrives through `onEvent`.
+    #[napi(catch_unwind, ts_args_type = "path: string, onEvent: (event: string | Error) => void")]
+    pub fn load_session(&self, path: String, on_event: Function<'_, String, ()>) -> Result<()> {
+        let tsfn = JsEventSink::function(&on_event)?;
+        self.engine.load_session(&path, Box::new(JsEventSink::new(tsfn)));
+        Ok(())
     }
 
     /// Stops every running request (queued ones then start).
@@ -231,6 +257,12 @@ impl NativeEngine {
             "cpuBackend": crate::engine::ggml_setup::cpu_backend(),
             "toolCallFormat": self.engine.chat_format().map(|f| f.tools.family.as_str()),
             "tokensCached": st.tokens_cached,
+            "promptCache": {
+                "entries": st.prompt_cache.entries,
+                "bytes": st.prompt_cache.bytes,
+                "hits": st.prompt_cache.hits,
+                "limitBytes": st.prompt_cache.limit,
+            },
             "batchCostMs": st.batch_cost_ms,
             "draftStepMs": st.draft_step_ms,
             "ngramCache": {

@@ -81,6 +81,15 @@ impl EventSink for JsEventSink {
         self.answered = true;
         self.send(out);
     }
+
+    fn reply(mut self: Box<Self>, outcome: Result<serde_json::Value, EngineError>) {
+        let out = match outcome {
+            Ok(value) => to_json("done", &value),
+            Err(e) => Outgoing::Error(e),
+        };
+        self.answered = true;
+        self.send(out);
+    }
 }
 
 /// Every request's promise settles: one dropped without an answer (the

@@ -117,14 +117,16 @@ pub fn load_cpu_backend() -> std::result::Result<String, String> {
     CPU_VARIANT
         .get_or_init(|| {
             let dir = addon_dir().ok_or("cannot find the addon's directory")?;
-            // ggml's names for back-end modules: `.so` on macOS as well.
-            let (prefix, ext) = if cfg!(windows) { ("ggml-cpu-", ".dll") } else { ("libggml-cpu-", ".so") };
+            // ggml's names for back-end modules: `.so` on macOS as well; on
+            // Windows `.dll`, with a `lib` prefix when built by MinGW.
+            let ext = if cfg!(windows) { ".dll" } else { ".so" };
             let forced = std::env::var("LLAMA_ENGINE_CPU_VARIANT").ok();
             let mut best: Option<(i32, String, std::path::PathBuf)> = None;
             let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(variant) = name.strip_prefix(prefix).and_then(|n| n.strip_suffix(ext)) else { continue };
+                let stem = name.strip_prefix("lib").unwrap_or(&name);
+                let Some(variant) = stem.strip_prefix("ggml-cpu-").and_then(|n| n.strip_suffix(ext)) else { continue };
                 if forced.as_deref().is_some_and(|f| f != variant) {
                     continue;
                 }
@@ -161,38 +163,131 @@ pub fn load_cpu_backend() -> std::result::Result<String, String> {
 /// this CPU (or is not a back end).
 #[cfg(feature = "prebuilt")]
 fn score(path: &std::path::Path) -> i32 {
-    let Ok(c) = std::ffi::CString::new(path.to_string_lossy().as_bytes()) else { return 0 };
-    // SAFETY: dlopen/dlsym/dlclose on a ggml back-end library, exactly what
-    // ggml's own loader does to choose a variant: loading runs no code that
-    // needs the variant's instructions, and `ggml_backend_score` is written to
-    // run on any CPU of the architecture.
+    // SAFETY: loads a ggml back-end library and calls its score function,
+    // exactly what ggml's own loader does to choose a variant: loading runs
+    // no code that needs the variant's instructions, and
+    // `ggml_backend_score` is written to run on any CPU of the architecture.
     unsafe {
-        let handle = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if handle.is_null() {
-            return 0;
-        }
-        let f = libc::dlsym(handle, c"ggml_backend_score".as_ptr());
+        let Some(lib) = dl::open(path) else { return 0 };
+        let f = dl::symbol(lib, c"ggml_backend_score");
         let s = if f.is_null() {
             0
         } else {
             let f: unsafe extern "C" fn() -> i32 = std::mem::transmute(f);
             f()
         };
-        libc::dlclose(handle);
+        dl::close(lib);
         s
     }
 }
 
-/// The directory the addon (this shared object) was loaded from.
+/// The directory the addon (this shared object or DLL) was loaded from.
 #[cfg(feature = "prebuilt")]
 fn addon_dir() -> Option<std::path::PathBuf> {
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables for an address inside
-    // this object; dli_fname points into them.
-    let ok = unsafe { libc::dladdr(addon_dir as *const libc::c_void, &mut info) };
-    if ok == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let file = dl::file_of(addon_dir as *const std::ffi::c_void)?;
     std::path::Path::new(&file).canonicalize().ok()?.parent().map(|p| p.to_path_buf())
+}
+
+/// The dynamic loader, on POSIX (`dlopen`, `dladdr`) and on Windows
+/// (`LoadLibraryW`, `GetModuleHandleExW`): only what choosing a CPU variant
+/// needs.
+#[cfg(all(feature = "prebuilt", unix))]
+mod dl {
+    use std::ffi::{c_void, CStr, CString};
+    use std::path::Path;
+
+    pub unsafe fn open(path: &Path) -> Option<*mut c_void> {
+        let c = CString::new(path.to_string_lossy().as_bytes()).ok()?;
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        (!h.is_null()).then_some(h)
+    }
+    pub unsafe fn symbol(lib: *mut c_void, name: &CStr) -> *mut c_void {
+        libc::dlsym(lib, name.as_ptr())
+    }
+    pub unsafe fn close(lib: *mut c_void) {
+        libc::dlclose(lib);
+    }
+    /// The file of the loaded object that holds `addr`.
+    pub fn file_of(addr: *const c_void) -> Option<String> {
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables for an address inside
+        // a loaded object; dli_fname points into them.
+        let ok = unsafe { libc::dladdr(addr, &mut info) };
+        if ok == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        Some(unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned())
+    }
+}
+
+#[cfg(all(feature = "prebuilt", windows))]
+mod dl {
+    use std::ffi::{c_void, CStr, OsString};
+    use std::os::windows::ffi::{OsStrExt, OsStringExt};
+    use std::path::Path;
+
+    const GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS: u32 = 0x4;
+    const GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT: u32 = 0x2;
+    #[link(name = "kernel32")]
+    extern "system" {
+        fn LoadLibraryW(name: *const u16) -> *mut c_void;
+        fn GetProcAddress(module: *mut c_void, name: *const std::ffi::c_char) -> *mut c_void;
+        fn FreeLibrary(module: *mut c_void) -> i32;
+        fn GetModuleHandleExW(flags: u32, addr: *const c_void, module: *mut *mut c_void) -> i32;
+        fn GetModuleFileNameW(module: *mut c_void, name: *mut u16, size: u32) -> u32;
+    }
+
+    pub unsafe fn open(path: &Path) -> Option<*mut c_void> {
+        let wide: Vec<u16> = path.as_os_str().encode_wide().chain(Some(0)).collect();
+        let h = LoadLibraryW(wide.as_ptr());
+        (!h.is_null()).then_some(h)
+    }
+    pub unsafe fn symbol(lib: *mut c_void, name: &CStr) -> *mut c_void {
+        GetProcAddress(lib, name.as_ptr())
+    }
+    pub unsafe fn close(lib: *mut c_void) {
+        FreeLibrary(lib);
+    }
+    /// The file of the loaded module (DLL) that holds `addr`.
+    pub fn file_of(addr: *const c_void) -> Option<String> {
+        let mut module = std::ptr::null_mut();
+        // SAFETY: asks the loader which module contains `addr`, without
+        // taking a reference, then that module's file name into a buffer of
+        // the size passed.
+        unsafe {
+            let flags = GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT;
+            if GetModuleHandleExW(flags, addr, &mut module) == 0 {
+                return None;
+            }
+            let mut buf = vec![0u16; 32768];
+            let n = GetModuleFileNameW(module, buf.as_mut_ptr(), buf.len() as u32) as usize;
+            if n == 0 || n >= buf.len() {
+                return None;
+            }
+            Some(OsString::from_wide(&buf[..n]).to_string_lossy().into_owned())
+        }
+    }
+}
+
+/// What computed a KV cell here, as session files record it: the CPU back
+/// end and the vector extensions of this CPU (a source build compiles
+/// ggml for the machine it is built on). Cells from another back end are
+/// valid here, but not bit-identical to what this one computes.
+pub fn backend_id() -> String {
+    let mut features: Vec<&str> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! detect {
+            ($($f:tt),*) => { $( if std::arch::is_x86_feature_detected!($f) { features.push($f); } )* };
+        }
+        detect!("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni", "avx512bf16", "avxvnni");
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        macro_rules! detect {
+            ($($f:tt),*) => { $( if std::arch::is_aarch64_feature_detected!($f) { features.push($f); } )* };
+        }
+        detect!("neon", "dotprod", "i8mm", "sve", "sve2", "fp16");
+    }
+    format!("{} ({}; {})", cpu_backend(), std::env::consts::ARCH, features.join(" "))
 }

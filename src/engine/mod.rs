@@ -7,6 +7,8 @@
 //!   the n-gram caches, published status);
 //! - `thread.rs`: the engine thread's life: load, admit, step, exit;
 //! - `chat.rs`: chat requests rendered and their output planned;
+//! - `session.rs`: `saveSession`/`loadSession` before the engine thread;
+//! - `kv.rs`: a slot's cells copied, saved and restored;
 //! - `worker/`: the engine thread's state and the phases of one step;
 //! - `slot.rs`: a slot's KV stream and the request generating in it;
 //! - `sampler.rs`: a request's sampler chain;
@@ -18,8 +20,10 @@ mod calibrate;
 pub mod chat;
 pub mod draft_model;
 pub mod ggml_setup;
+pub mod kv;
 pub mod model;
 pub mod sampler;
+mod session;
 pub mod shared;
 pub mod slot;
 mod thread;
@@ -33,6 +37,7 @@ use std::thread::JoinHandle;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+use crate::core::cache::prompt_cache::CacheStats;
 use crate::core::chat::format::ChatFormat;
 use crate::core::error::{EngineError, Result};
 use crate::core::request::CompletionRequest;
@@ -54,6 +59,7 @@ pub struct Status {
     pub batch_cost_ms: Vec<Option<f64>>,
     pub draft_step_ms: Option<f64>,
     pub tokens_cached: usize,
+    pub prompt_cache: CacheStats,
 }
 
 /// The handle the binding holds. Cheap to share; every method is callable
@@ -205,6 +211,7 @@ impl Engine {
             batch_cost_ms: published.batch_cost_ms,
             draft_step_ms: published.draft_step_ms,
             tokens_cached: published.tokens_cached,
+            prompt_cache: published.prompt_cache,
         }
     }
 

@@ -62,6 +62,11 @@ pub struct ModelInfo {
     /// alone and inside a batch, and what it found.
     pub batch_invariant: bool,
     pub batch_invariance: String,
+    /// The GGUF's identity (`core::cache::session::fingerprint`), for session files.
+    pub fingerprint: String,
+    /// No session file of this model and context is larger: a bound on what
+    /// `loadSession` reads.
+    pub session_bytes_max: u64,
 }
 
 pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Result<Arc<LlamaModel>> {
@@ -175,6 +180,10 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         parallel: opts.parallel,
         batch_invariant: false,
         batch_invariance: "not checked yet".into(),
+        fingerprint: String::new(),
+        // K and V rows of at most 4 × n_embd f16 values, in at most two
+        // caches per layer, plus the header and the tokens.
+        session_bytes_max: (65 << 20) + u64::from(n_ctx) * (32 * u64::from(model.n_layer()) * model.n_embd().max(1) as u64 + 64),
     }
 }
 

@@ -9,17 +9,34 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::core::cache::prompt_cache::CacheStats;
+use crate::core::cache::session::Session;
 use crate::core::request::CompletionRequest;
 use crate::core::speculation::ngram::NgramCache;
 use crate::core::text::events::EventSink;
 
 /// A request on its way to a slot: the validated request, where its events
-/// go, and the flag that cancels it.
+/// go, and the flag that cancels it; for a session job, what to do with it.
 pub struct Job {
     pub id: u64,
     pub request: CompletionRequest,
     pub sink: Box<dyn EventSink>,
     pub cancel: Arc<AtomicBool>,
+    pub session: Option<SessionJob>,
+}
+
+/// The session jobs: they take a slot like a request, and answer with
+/// `EventSink::reply`.
+pub enum SessionJob {
+    /// The request (its prompt, `n_predict` 0) is evaluated into a slot,
+    /// then the slot's cells are written to `path` with `conversation`.
+    Save { path: PathBuf, conversation: Value },
+    /// A checked session file's cells go into a free slot.
+    Load(Box<Session>),
 }
 
 /// The n-gram caches shared by every request of an engine.
@@ -38,6 +55,8 @@ pub struct Published {
     pub draft_step_ms: Option<f64>,
     /// Tokens held in the slots' KV caches.
     pub tokens_cached: usize,
+    /// The host-memory prompt cache.
+    pub prompt_cache: CacheStats,
 }
 
 #[derive(Default)]

@@ -4,6 +4,7 @@
 //! drafters, text stream, counters and clock, so requests decoded side by
 //! side share nothing but the batch.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +15,8 @@ use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
 use super::sampler::{TokenSampler, DEAD_END};
-use super::shared::Job;
+use super::shared::{Job, SessionJob};
+use crate::core::cache::prompt_cache::reusable;
 use crate::core::chat::output::{Delta, OutputParser};
 use crate::core::error::EngineError;
 use crate::core::request::CompletionRequest;
@@ -34,12 +36,37 @@ pub struct Slot<'m> {
     pub seq: i32,
     /// Tokens whose keys and values the stream holds, at positions 0..len.
     pub cached: Vec<LlamaToken>,
+    /// After a context shift: the first `n` cells are still what computing
+    /// their tokens gives; the shifted rest is not (rotated keys).
+    shifted: Option<usize>,
+    /// Restored from a sliding-window state of this many tokens: the window
+    /// before its last token is padding, so the cells can only be continued
+    /// from there (see `core::cache::state::Cells::padded`).
+    window_from: usize,
+    /// A copy into this stream waits for the next decode: its bytes are
+    /// stale until then, so they must not be read.
+    pub copy_pending: bool,
+    /// When it last took a request (the worker's clock): the least recently
+    /// used content is overwritten first.
+    pub used: u64,
+    /// A request waiting for another slot to evaluate the prefix it shares.
+    pub wait: Option<Wait>,
     pub request: Option<Box<Request<'m>>>,
+}
+
+/// A request that waits for slot `donor` (running request `donor_id`) to
+/// hold the first `n` tokens of its prompt, to copy them instead of
+/// evaluating them a second time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    pub donor: usize,
+    pub donor_id: u64,
+    pub n: usize,
 }
 
 impl Slot<'_> {
     pub fn new(seq: i32) -> Self {
-        Slot { seq, cached: Vec::new(), request: None }
+        Slot { seq, cached: Vec::new(), shifted: None, window_from: 0, copy_pending: false, used: 0, wait: None, request: None }
     }
 
     pub fn is_free(&self) -> bool {
@@ -47,7 +74,57 @@ impl Slot<'_> {
     }
 
     pub fn is_prefilling(&self) -> bool {
-        self.request.as_ref().is_some_and(|r| r.phase == Phase::Prefill)
+        self.wait.is_none() && self.request.as_ref().is_some_and(|r| r.phase == Phase::Prefill)
+    }
+
+    /// The cached tokens whose cells are what computing them gives (all of
+    /// them unless the context was shifted).
+    pub fn reusable(&self) -> &[LlamaToken] {
+        &self.cached[..self.shifted.unwrap_or(usize::MAX).min(self.cached.len())]
+    }
+
+    /// How many of `prompt`'s tokens this slot's cells give (common prefix,
+    /// at most all but its last token; none where the cells cannot be cut
+    /// there).
+    pub fn reuse_for(&self, prompt: &[i32]) -> usize {
+        let held: Vec<i32> = self.reusable().iter().map(|t| t.0).collect();
+        let n = reusable(&held, false, prompt);
+        if n + 1 < self.window_from {
+            0
+        } else {
+            n
+        }
+    }
+
+    /// The tokens to continue from, at least, when this slot's cells are
+    /// copied (its restored window's last token).
+    pub fn window_from(&self) -> usize {
+        self.window_from
+    }
+
+    /// Keeps the first `n` cached tokens (the caller cut the stream).
+    pub fn keep(&mut self, n: usize) {
+        self.cached.truncate(n);
+        if self.shifted.is_some_and(|k| n <= k) {
+            self.shifted = None; // what follows will be computed in place
+        }
+        if n + 1 < self.window_from {
+            self.window_from = 0; // only when emptied: reuse never cuts there
+        }
+    }
+
+    /// Holds `tokens` now (copied or restored into the stream), continued
+    /// from token `window_from` at the earliest.
+    pub fn hold(&mut self, tokens: &[LlamaToken], window_from: usize) {
+        self.cached.clear();
+        self.cached.extend_from_slice(tokens);
+        self.shifted = None;
+        self.window_from = window_from;
+    }
+
+    /// The context was shifted: the first `keep` cells stayed in place.
+    pub fn mark_shifted(&mut self, keep: usize) {
+        self.shifted = Some(self.shifted.map_or(keep, |k| k.min(keep)));
     }
 
     /// The token a generating request decodes next; `None` when the slot is
@@ -114,6 +191,8 @@ pub type KeptController = ((usize, bool, bool), DraftController);
 pub struct Request<'m> {
     id: u64,
     req: CompletionRequest,
+    /// A session save: where the evaluated prompt's cells go.
+    save: Option<(PathBuf, Value)>,
     sink: Box<dyn EventSink>,
     cancel: Arc<AtomicBool>,
     sampler: TokenSampler,
@@ -150,8 +229,13 @@ impl<'m> Request<'m> {
             .clone()
             .map(|f| OutputParser::new(f, job.id ^ sampler.seed().rotate_left(17) ^ noise::from_os().random::<u64>()));
         let markers = job.request.plan.marker_tokens.clone();
+        let save = match job.session {
+            Some(SessionJob::Save { path, conversation }) => Some((path, conversation)),
+            _ => None,
+        };
         Request {
             id: job.id,
+            save,
             text: TextStream::new(job.request.stop.clone()),
             output,
             markers,
@@ -188,8 +272,31 @@ impl<'m> Request<'m> {
         self.prompt.n_keep
     }
 
+    /// Aborted (by `abort`, `cancel()` or `dispose()`). A session save is
+    /// not a generation to stop: it finishes, unless the engine is closing.
     pub fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
+        self.cancel.load(Ordering::Relaxed) && self.save.is_none()
+    }
+
+    /// The prompt tokens found ready (in its slot, another slot or the
+    /// prompt cache) once it is placed.
+    pub fn set_reused(&mut self, n: usize) {
+        self.tokens_cached = n;
+    }
+
+    /// Where a session save writes, and the conversation it records.
+    pub fn save_target(&self) -> Option<&(PathBuf, Value)> {
+        self.save.as_ref()
+    }
+
+    /// Ends a session job with `outcome` instead of a completion result.
+    pub fn reply(self, outcome: std::result::Result<Value, EngineError>) {
+        self.sink.reply(outcome);
+    }
+
+    /// Where a session job's answer goes, for a thread that finishes it.
+    pub fn into_sink(self) -> Box<dyn EventSink> {
+        self.sink
     }
 
     /// With `n_predict = -1` generation ends when the context is full; with

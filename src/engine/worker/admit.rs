@@ -10,6 +10,7 @@ use std::rc::Rc;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+use super::prefix::Start;
 use super::{aborted_before_start, panic_error, Worker};
 use crate::core::chat::format::json_answer;
 use crate::core::chat::tools::ResponseFormat;
@@ -25,7 +26,7 @@ use crate::core::speculation::ngram::{NgramDrafter, NgramParams, CLASS_PRIORS, N
 use crate::engine::draft_model::{DraftSettings, ModelDrafter};
 use crate::engine::model;
 use crate::engine::sampler::TokenSampler;
-use crate::engine::shared::Job;
+use crate::engine::shared::{Job, SessionJob};
 use crate::engine::slot::{PromptTokens, Request};
 
 const PANIC_PROMPT: &str = "__llama_engine_panic__";
@@ -57,8 +58,14 @@ impl<'m> Worker<'m> {
     /// was), else the lowest. A request that cannot start is answered here.
     /// A panic while preparing (grammars, tokenizing: nothing of the
     /// engine's state is touched yet) fails this request only.
-    pub fn admit(&mut self, job: Job) {
-        if job.cancel.load(Ordering::SeqCst) {
+    pub fn admit(&mut self, mut job: Job) {
+        if matches!(job.session, Some(SessionJob::Load(_))) {
+            if let Some(SessionJob::Load(session)) = job.session.take() {
+                self.load_session(job, *session);
+            }
+            return;
+        }
+        if job.cancel.load(Ordering::SeqCst) && job.session.is_none() {
             let result = aborted_before_start(&job.request, &self.models.info, self.invariance.holds());
             self.shared.request_ended(job.id);
             job.sink.finish(Ok(result));
@@ -131,26 +138,14 @@ impl<'m> Worker<'m> {
     }
 
     fn start(&mut self, job: Job, p: Prepared) {
-        let tokens = &p.prompt.tokens;
-        let best = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.is_free())
-            .map(|(i, s)| (i, if job.request.cache_prompt { prompt::common_prefix(&s.cached, tokens) } else { 0 }))
-            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)));
-        let Some((i, mut n_past)) = best else { return };
-        if n_past == tokens.len() {
-            n_past -= 1; // at least one token must be evaluated to get logits
-        }
-        let seq = self.slots[i].seq;
-        if self.ctx.kv_cache_seq_rm(seq, Some(n_past as u32), None).is_err() {
-            let _ = self.ctx.kv_cache_seq_rm(seq, None, None);
-            n_past = 0;
-        }
-        self.slots[i].cached.truncate(n_past);
+        let Some((i, start)) = self.place(&p.prompt.tokens, job.request.cache_prompt) else { return };
         let chain = self.chain(&job.request, &p.kinds, i, p.sampler.is_greedy(), p.sampler.seed(), p.constraint.clone());
+        let (n_past, wait) = match start {
+            Start::Ready(n) => (n, None),
+            Start::Wait(w) => (0, Some(w)),
+        };
         self.slots[i].request = Some(Box::new(Request::new(job, p.sampler, chain, p.prompt, n_past)));
+        self.slots[i].wait = wait;
     }
 
     /// The drafters a request may use, in chain order.

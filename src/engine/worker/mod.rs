@@ -4,6 +4,8 @@
 //! `step.rs`.
 
 mod admit;
+mod prefix;
+mod session;
 mod step;
 
 use std::cell::RefCell;
@@ -19,6 +21,8 @@ use super::draft_model::DraftContext;
 use super::model::{self, EngineOptions, ModelInfo, Progress};
 use super::shared::{Published, Shared};
 use super::slot::{KeptController, Slot, Stop};
+use crate::core::cache::prompt_cache::PromptCache;
+use crate::core::cache::session::fingerprint;
 use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::request::CompletionRequest;
 use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
@@ -56,7 +60,9 @@ impl Models {
             }
             None => None,
         };
-        let info = model::model_info(&target, opts);
+        let mut info = model::model_info(&target, opts);
+        // Unreadable now (it was just loaded): sessions then match nothing.
+        info.fingerprint = fingerprint(std::path::Path::new(&opts.model_path)).unwrap_or_default();
         Ok(Models { target, draft, info })
     }
 }
@@ -76,6 +82,10 @@ pub struct Worker<'m> {
     compiler: Option<Compiler>,
     /// Recently compiled constraints, newest last.
     compiled: Vec<(Grammar, Constraint)>,
+    /// States of prompts that left their slot (`promptCacheMB`).
+    prompt_cache: PromptCache,
+    /// Counts placements: a slot's `used` is the last it took.
+    clock: u64,
     n_ctx: usize,
     n_batch: usize,
 }
@@ -113,6 +123,8 @@ impl<'m> Worker<'m> {
             invariance: InvarianceCheck::default(),
             compiler: None,
             compiled: Vec::new(),
+            prompt_cache: PromptCache::new(opts.prompt_cache_mb.saturating_mul(1 << 20)),
+            clock: 0,
             n_ctx: info.n_ctx as usize,
             n_batch,
         };
@@ -135,6 +147,7 @@ impl<'m> Worker<'m> {
             batch_cost_ms,
             draft_step_ms: self.draft.as_ref().and_then(|d| d.borrow().step_ms),
             tokens_cached: self.slots.iter().map(|s| s.cached.len()).sum(),
+            prompt_cache: self.prompt_cache.stats(),
         });
     }
 
@@ -157,7 +170,9 @@ impl<'m> Worker<'m> {
         }
         self.ctx.clear_kv_cache();
         for s in &mut self.slots {
-            s.cached.clear();
+            s.keep(0);
+            s.copy_pending = false;
+            s.wait = None;
         }
         if let Some(d) = &self.draft {
             d.borrow_mut().reset();
@@ -167,8 +182,13 @@ impl<'m> Worker<'m> {
     /// Ends slot `i`'s request: its result goes to its sink after its last
     /// event; the draft model's controller is kept for the next request.
     fn finish(&mut self, i: usize, stop: Stop) {
+        self.slots[i].wait = None;
         let Some(r) = self.slots[i].request.take() else { return };
         self.shared.request_ended(r.id());
+        if r.save_target().is_some() {
+            self.finish_save(i, *r, stop);
+            return;
+        }
         let info = &self.models.info;
         if let Some((key, ctl)) = r.finish(stop, &info.name, info.n_ctx, self.invariance.holds()) {
             self.model_ctls.retain(|(k, _)| *k != key);

@@ -57,6 +57,7 @@ impl Worker<'_> {
     /// caches in an unknown state: the caller recovers.
     pub fn step(&mut self) -> Result<()> {
         self.end_what_must_end()?;
+        self.resolve_waits();
         let mut plan = self.plan();
         if plan.is_empty() {
             return Ok(());
@@ -65,6 +66,10 @@ impl Worker<'_> {
         let t = Instant::now();
         self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
         let step_ms = ms(t);
+        // The decode applied every pending copy between streams.
+        for slot in &mut self.slots {
+            slot.copy_pending = false;
+        }
         if ubatches(&parts(&plan), self.slots.len(), self.n_batch).len() == 1 {
             self.costs.observe(self.batch.n_tokens() as usize, step_ms);
         }
@@ -82,7 +87,8 @@ impl Worker<'_> {
         for i in 0..self.slots.len() {
             let slot = &self.slots[i];
             let Some(r) = slot.request.as_ref() else { continue };
-            if r.cancelled() {
+            // (A session save ignores `cancel()`, not `dispose()`.)
+            if r.cancelled() || (r.save_target().is_some() && self.shared.is_closed()) {
                 self.finish(i, Stop::Abort);
                 continue;
             }
@@ -110,6 +116,7 @@ impl Worker<'_> {
         self.ctx.kv_cache_seq_add(slot.seq, Some((keep + discard) as u32), Some(n_past as u32), -(discard as i32)).map_err(err)?;
         slot.cached.drain(keep..keep + discard);
         r.mark_truncated();
+        slot.mark_shifted(keep);
         Ok(())
     }
 
@@ -287,7 +294,7 @@ impl Worker<'_> {
                 self.ctx
                     .kv_cache_seq_rm(slot.seq, Some((base + n_ok) as u32), None)
                     .map_err(|e| EngineError::internal(format!("kv cache: {e}")))?;
-                slot.cached.truncate(base + n_ok);
+                slot.cached.truncate(base + n_ok); // past any shift point: the pending token's cell stays
             }
         }
         let cached_after = slot.cached.len();
