@@ -19,6 +19,10 @@
 //             next to the limit the batch costs give (k·t1/tk), without and
 //             with speculation; and the longest wait between two token events
 //             of streaming requests while a 1,000-token prompt is prefilled.
+//   prefix    a 1,000-token system prompt shared by users: time to first
+//             token cold, copied from another slot, restored from the
+//             host-memory prompt cache and loaded from a session file; and
+//             the prompt tokens computed when 8 users arrive together.
 //   tiled     what exactness costs on K-quant models: plain decoding, prompt
 //             evaluation and batch costs with ggml's tiled K-quant mat-mul
 //             off (the engine's default) and on (GGML_CPU_TILED_MM=1),
@@ -29,7 +33,7 @@
 //             alternating processes. In the default list when the prebuilt
 //             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,structured,parallel,tiled[,prebuilt]),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,structured,parallel,prefix,tiled[,prebuilt]),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -53,7 +57,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../native-loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,ngram,structured,parallel,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,ngram,structured,parallel,prefix,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -646,6 +650,114 @@ if (sections.has('structured')) {
   results.structured = rows
   await engine.dispose()
   console.log(`(structured section: ${elapsed(since)})`)
+}
+
+// ---------------------------------------------------------------------------
+// prefix: one system prompt, many users.
+
+const SHARED_SYSTEM =
+  'You are the support assistant of a hardware shop. ' +
+  Array.from({ length: 70 }, (_, i) => `Policy ${i + 1}: items of category ${i + 1} are returned within ${i + 10} days.`).join(' ')
+const userOf = (q, extra = {}) => ({
+  messages: [{ role: 'system', content: SHARED_SYSTEM }, { role: 'user', content: q }],
+  n_predict: 4,
+  temperature: 0,
+  ...extra,
+})
+
+/** Time to the first token event of `request`, and what its prompt reused. */
+async function firstToken(engine, request) {
+  const t0 = performance.now()
+  let first = null
+  const r = await engine.complete(request, (e) => {
+    if (first === null && e.type === 'token' && e.tokens.length > 0) first = performance.now() - t0
+  })
+  return { ms: first, cached: r.tokens_cached, prompt: r.tokens_evaluated, computed: r.timings.prompt_n }
+}
+
+if (sections.has('prefix')) {
+  console.log('\n## prefix: a 1,000-token system prompt shared by users (Q4_1, greedy)')
+  const since = Date.now()
+  const load = (extra) => LlamaEngine.load({ modelPath: TARGET, contextSize: CONTEXT, threads: THREADS, ...extra })
+  const sessionFile = join(root, 'bench-results', 'prefix.session')
+  mkdirSync(join(root, 'bench-results'), { recursive: true })
+  const rows = { cold: [], 'another slot': [], 'prompt cache (RAM)': [], 'session file': [] }
+  let q = 0
+  const ask = () => userOf(`What is the return period of category ${(q++ % 60) + 1}?`)
+  for (let rep = 0; rep < REPEATS; rep++) {
+    // cold: nothing cached.
+    const coldEngine = await load({ parallel: 1, promptCacheMB: 0 })
+    await coldEngine.complete({ prompt: 'warm up', n_predict: 1 })
+    rows.cold.push(await firstToken(coldEngine, { ...ask(), cache_prompt: false }))
+    await coldEngine.dispose()
+    // another slot: slot 0 is busy answering a user; the next one copies its cells.
+    const two = await load({ parallel: 2 })
+    await two.complete({ prompt: 'warm up', n_predict: 1 })
+    let generating
+    const started = new Promise((r) => (generating = r))
+    const busy = two.complete(userOf('Tell me about all the policies.', { n_predict: 400 }), (e) => e.type === 'token' && generating())
+    await started
+    rows['another slot'].push(await firstToken(two, ask()))
+    two.cancel()
+    await busy
+    // RAM: the prompt was pushed out of the only slot by another one.
+    await two.dispose()
+    const one = await load({ parallel: 1 })
+    await one.complete(ask())
+    await one.complete({ prompt: 'An unrelated prompt. '.repeat(20), n_predict: 1 })
+    q--
+    rows['prompt cache (RAM)'].push(await firstToken(one, ask()))
+    await one.saveSession(sessionFile, { messages: [{ role: 'system', content: SHARED_SYSTEM }] })
+    await one.dispose()
+    // session file: a new engine loads it, then a user asks.
+    const fresh = await load({ parallel: 1 })
+    await fresh.complete({ prompt: 'warm up', n_predict: 1 })
+    const t0 = performance.now()
+    await fresh.loadSession(sessionFile)
+    const loadMs = performance.now() - t0
+    const r = await firstToken(fresh, ask())
+    rows['session file'].push({ ...r, ms: r.ms + loadMs, loadMs })
+    await fresh.dispose()
+  }
+  const coldMs = median(rows.cold.map((x) => x.ms))
+  const out = Object.entries(rows).map(([source, xs]) => ({
+    'prefix from': source,
+    'prompt tokens': xs[0].prompt,
+    reused: xs[0].cached,
+    'first token ms': `${fmt(median(xs.map((x) => x.ms)), 0)} (${fmt(Math.min(...xs.map((x) => x.ms)), 0)}–${fmt(Math.max(...xs.map((x) => x.ms)), 0)})`,
+    'of cold': pct(median(xs.map((x) => x.ms)) / coldMs),
+    'loadSession ms': source === 'session file' ? fmt(median(xs.map((x) => x.loadMs)), 0) : '-',
+  }))
+  table(out, ['prefix from', 'prompt tokens', 'reused', 'first token ms', 'of cold', 'loadSession ms'])
+  // 8 users at once.
+  const eight = await load({ parallel: 8 })
+  await eight.complete({ prompt: 'warm up', n_predict: 1 })
+  const t0 = performance.now()
+  const firsts = []
+  const together = await Promise.all(
+    Array.from({ length: 8 }, (_, i) =>
+      eight.complete(userOf(`What about category ${i * 7 + 2}?`), (e) => {
+        if (e.type === 'token' && firsts[i] === undefined) firsts[i] = performance.now() - t0
+      }),
+    ),
+  )
+  await eight.dispose()
+  const computed = together.reduce((a, r) => a + r.timings.prompt_n, 0)
+  const given = together.reduce((a, r) => a + r.tokens_evaluated, 0)
+  const sizes = await (async () => {
+    const e = await load({ parallel: 1 })
+    const n = e.tokenize(e.applyChatTemplate([{ role: 'system', content: SHARED_SYSTEM }], { addGenerationPrompt: false }), { special: true }).length
+    await e.dispose()
+    return n
+  })()
+  console.log(
+    `8 users together: ${given} prompt tokens, ${computed} computed (the ${sizes}-token shared prefix ${computed < 2 * sizes ? 'once' : 'more than once'}); ` +
+      `first tokens after ${fmt(Math.min(...firsts), 0)}–${fmt(Math.max(...firsts), 0)} ms`,
+  )
+  const bytes = existsSync(sessionFile) ? readFileSync(sessionFile).length : 0
+  console.log(`session file: ${bytes} bytes for ${sizes} tokens (${fmt(bytes / sizes / 1024, 1)} KiB per token); ${REPEATS} repeats, medians (min–max)`)
+  results.prefix = { rows: out, together: { given, computed, prefix: sizes, firstMs: firsts }, sessionBytes: bytes }
+  console.log(`(prefix section: ${elapsed(since)})`)
 }
 
 if (sections.has('tiled')) {

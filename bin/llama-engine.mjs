@@ -13,7 +13,7 @@
 // 2 bad command line, 130 interrupted by Ctrl-C (143 for SIGTERM).
 // Importable: `main(argv)` runs the CLI and resolves with the exit code
 // (scripts/demo.mjs uses it).
-import { readFileSync, realpathSync } from 'node:fs'
+import { existsSync, readFileSync, realpathSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -53,6 +53,7 @@ const OPTIONS = {
   chat: { type: 'boolean' },
   system: { type: 'string' },
   interactive: { type: 'boolean', short: 'i' },
+  session: { type: 'string' },
   'chat-template': { type: 'string' },
   prompt: { type: 'string', short: 'p' },
   json: { type: 'boolean' },
@@ -92,6 +93,9 @@ Prompt and output:
   -i, --interactive         a conversation: type a message, read the answer, go on
                             (the whole history is kept and its KV cache reused);
                             Ctrl-C stops the answer being written, Ctrl-D quits
+      --session FILE        with --interactive: resume the conversation saved in FILE
+                            (its KV cells too, when FILE is for this model) and save
+                            it there after every answer
       --chat-template FILE  a Jinja chat template to use instead of the GGUF's
       --tools FILE          tools the model may call (a JSON file, or JSON inline); the
                             calls are printed as JSON lines after the answer
@@ -231,6 +235,9 @@ export function parseCli(argv, env = process.env) {
   if (v.interactive && (v.prompt !== undefined || v.json)) {
     throw new UsageError('--interactive reads its messages from the terminal: it takes no --prompt or --json')
   }
+  if (v.session !== undefined && !v.interactive) {
+    throw new UsageError('--session FILE keeps an --interactive conversation: add --interactive')
+  }
 
   return {
     help: Boolean(v.help),
@@ -239,6 +246,7 @@ export function parseCli(argv, env = process.env) {
     chat: Boolean(v.chat) || v.system !== undefined || Boolean(v.interactive),
     system: v.system,
     interactive: Boolean(v.interactive),
+    session: v.session,
     prompt: v.prompt,
     load,
     request,
@@ -452,6 +460,19 @@ async function converse(engine, cli, onEvent, write) {
   process.on('SIGINT', interrupt) // piped input: a real signal
   const lines = rl[Symbol.asyncIterator]()
   let turns = 0
+  if (cli.session !== undefined) {
+    let resumed
+    try {
+      resumed = await resume(engine, cli.session)
+    } catch {
+      rl.close()
+      return 1 // said why; the file is left as it is
+    }
+    if (resumed) {
+      history.length = 0
+      history.push(...resumed)
+    }
+  }
   try {
     for (;;) {
       if (terminal) rl.prompt()
@@ -472,6 +493,11 @@ async function converse(engine, cli, onEvent, write) {
       }
       history.push({ role: 'assistant', content: result.content })
       turns++
+      if (cli.session !== undefined) {
+        await engine.saveSession(cli.session, { messages: history }).catch((e) => {
+          stderr.write(`--session: cannot save to ${cli.session}: ${e.message}\n`)
+        })
+      }
       if (!result.content.endsWith('\n')) write('\n')
       const t = result.timings
       stderr.write(
@@ -487,6 +513,43 @@ async function converse(engine, cli, onEvent, write) {
   if (terminal) stdout.write('\n')
   stderr.write(`${turns} turn${turns === 1 ? '' : 's'}\n`)
   return 0
+}
+
+/**
+ * --session FILE: the conversation saved there, if FILE exists. Its cells
+ * go back into the engine when the file is for this model; a file for
+ * another model (or an older one) still gives its messages, evaluated again.
+ */
+async function resume(engine, file) {
+  const { stderr } = process
+  if (!existsSync(file)) return null
+  try {
+    const loaded = await engine.loadSession(file)
+    if (!Array.isArray(loaded.messages)) throw new Error('it holds a prompt, not a conversation')
+    stderr.write(`[resumed ${loaded.messages.length} messages from ${file}: ${loaded.tokens} tokens, none evaluated again]\n`)
+    return loaded.messages
+  } catch (e) {
+    const messages = e.code === 'INVALID_SESSION' ? readMessages(file) : null
+    if (messages) {
+      stderr.write(`[resumed ${messages.length} messages from ${file}; its cells are not for this engine (${e.message}): evaluating again]\n`)
+      return messages
+    }
+    stderr.write(`--session: cannot resume ${file}: ${e.message}\n`)
+    throw e
+  }
+}
+
+/** The messages in a session file's header, without its cells (another model's file). */
+function readMessages(file) {
+  try {
+    const bytes = readFileSync(file)
+    if (bytes.subarray(0, 8).toString('latin1') !== 'LLESESS\x1a') return null
+    const length = bytes.readUInt32LE(12)
+    const header = JSON.parse(bytes.subarray(16, 16 + length).toString('utf8'))
+    return Array.isArray(header.conversation?.messages) ? header.conversation.messages : null
+  } catch {
+    return null
+  }
 }
 
 function isMain() {

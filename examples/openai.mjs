@@ -123,6 +123,9 @@ export function usage(result) {
     prompt_tokens: result.tokens_evaluated,
     completion_tokens: result.tokens_predicted,
     total_tokens: result.tokens_evaluated + result.tokens_predicted,
+    // Prompt tokens whose KV cells were reused (this slot's, another
+    // slot's, the prompt cache's or a loaded session's), not computed.
+    prompt_tokens_details: { cached_tokens: result.tokens_cached },
   }
 }
 
