@@ -16,7 +16,8 @@ function platformTriple() {
       : true
     return `linux-${arch}-${glibc ? 'gnu' : 'musl'}`
   }
-  if (platform === 'win32') return `win32-${arch}-msvc`
+  // Windows packages are built with MinGW-w64 (any N-API host loads them).
+  if (platform === 'win32') return `win32-${arch}-gnu`
   return `${platform}-${arch}`
 }
 

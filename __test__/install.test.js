@@ -27,7 +27,7 @@ test('status() says where the addon came from and which CPU back end computes', 
 
 test('the platform package is named by napi-rs convention and exists as a folder under npm/', () => {
   const triple = platformTriple()
-  expect(triple).toMatch(/^(linux-(x64|arm64)-(gnu|musl)|darwin-(x64|arm64)|win32-(x64|arm64)-msvc)$/)
+  expect(triple).toMatch(/^(linux-(x64|arm64)-(gnu|musl)|darwin-(x64|arm64)|win32-(x64|arm64)-gnu)$/)
   const pkg = JSON.parse(fs.readFileSync(path.join(root, 'npm', triple, 'package.json'), 'utf8'))
   const rootPkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'))
   expect(pkg.name).toBe(`llama-engine-${triple}`)

@@ -16,8 +16,8 @@
 // About 30 minutes on 2 cores the first time: llama.cpp's CPU code is
 // compiled once per variant.
 import { execFileSync } from 'node:child_process'
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync } from 'node:fs'
-import { basename, join } from 'node:path'
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { basename, dirname, join } from 'node:path'
 import { ensurePrerequisites, root } from './native.mjs'
 
 // npm runs a script named `prebuild` before `build` as its "pre" hook, so
@@ -52,14 +52,82 @@ function startedAsHookOfBuild() {
 }
 if (startedAsHookOfBuild()) process.exit(0)
 
+// `--target <rust triple>` cross-builds another platform's package
+// (`npm run test:platforms` does, with the Debian cross compilers).
+const TARGETS = {
+  'x86_64-unknown-linux-gnu': 'linux-x64-gnu',
+  'aarch64-unknown-linux-gnu': 'linux-arm64-gnu',
+  'x86_64-pc-windows-gnu': 'win32-x64-gnu',
+}
 const { platformTriple } = (await import('../native-loader.js')).default
-const triple = platformTriple()
-if (triple !== 'linux-x64-gnu' && triple !== 'linux-arm64-gnu') {
-  console.log(`npm run prebuild builds linux-x64-gnu (and linux-arm64-gnu on an arm64 host); for ${triple} see README "Other platforms"`)
+const targetArg = process.argv.indexOf('--target')
+const rustTarget = targetArg > 0 ? process.argv[targetArg + 1] : null
+const triple = rustTarget ? TARGETS[rustTarget] : platformTriple()
+if (rustTarget && !triple) {
+  console.error(`npm run prebuild -- --target: one of ${Object.keys(TARGETS).join(', ')}`)
+  process.exit(1)
+}
+if (!rustTarget && triple !== 'linux-x64-gnu' && triple !== 'linux-arm64-gnu') {
+  console.log(`npm run prebuild builds linux-x64-gnu (and linux-arm64-gnu on an arm64 host); for ${triple} see docs/packaging.md`)
   process.exit(0)
 }
+const windows = triple.startsWith('win32')
 const pkgDir = join(root, 'npm', triple)
 const targetDir = join(root, 'target', 'prebuilt')
+const releaseDir = rustTarget ? join(targetDir, rustTarget, 'release') : join(targetDir, 'release')
+
+// What a cross build needs from the Debian cross toolchains: the C/C++
+// compilers llama.cpp's CMake build uses, the linker, and a sysroot for
+// bindgen's libclang.
+const cross = crossEnv(rustTarget)
+function crossEnv(target) {
+  if (!target || target === 'x86_64-unknown-linux-gnu') return {}
+  const key = target.replace(/-/g, '_')
+  const KEY = key.toUpperCase()
+  if (target === 'aarch64-unknown-linux-gnu') {
+    // clang, not Debian 12's aarch64 gcc 12, which does not know the
+    // -march of ggml's armv9.2 variants (+sme). Wrapped so the Debian cross
+    // triple (whose binutils and libraries clang finds) comes last.
+    const wrap = join(targetDir, 'cross-bin')
+    mkdirSync(wrap, { recursive: true })
+    for (const [name, cc] of [['aarch64-clang', 'clang'], ['aarch64-clang++', 'clang++']]) {
+      writeFileSync(join(wrap, name), `#!/bin/sh\nexec ${cc} "$@" --target=aarch64-linux-gnu\n`, { mode: 0o755 })
+    }
+    return {
+      [`CC_${key}`]: join(wrap, 'aarch64-clang'),
+      [`CXX_${key}`]: join(wrap, 'aarch64-clang++'),
+      [`AR_${key}`]: 'aarch64-linux-gnu-ar',
+      [`CARGO_TARGET_${KEY}_LINKER`]: 'aarch64-linux-gnu-gcc',
+      [`BINDGEN_EXTRA_CLANG_ARGS_${key}`]: '--sysroot=/usr/aarch64-linux-gnu',
+    }
+  }
+  // MinGW-w64 with POSIX threads (std::thread and std::mutex in llama.cpp),
+  // wrapped to force-include the declarations Debian 12's headers lack.
+  const wrap = join(targetDir, 'cross-bin')
+  mkdirSync(wrap, { recursive: true })
+  const compat = join(root, 'scripts', 'mingw-compat.h')
+  for (const [name, cc] of [['mingw-gcc', 'x86_64-w64-mingw32-gcc-posix'], ['mingw-g++', 'x86_64-w64-mingw32-g++-posix']]) {
+    writeFileSync(join(wrap, name), `#!/bin/sh\nexec ${cc} -include ${compat} "$@"\n`, { mode: 0o755 })
+  }
+  // napi-build links MinGW builds against `libnode.dll` (MSYS2's Node). The
+  // addon resolves every N-API function from the host process at load
+  // (napi-sys's dyn-symbols), so an empty DLL of that name satisfies the
+  // linker and nothing imports from it (checked below).
+  const stub = join(wrap, 'libnode', 'libnode.dll')
+  if (!existsSync(stub)) {
+    mkdirSync(dirname(stub), { recursive: true })
+    writeFileSync(join(wrap, 'libnode', 'stub.c'), 'void llama_engine_libnode_stub(void) {}\n')
+    execFileSync('x86_64-w64-mingw32-gcc-posix', ['-shared', '-o', stub, join(wrap, 'libnode', 'stub.c')])
+  }
+  return {
+    [`CC_${key}`]: join(wrap, 'mingw-gcc'),
+    [`CXX_${key}`]: join(wrap, 'mingw-g++'),
+    [`AR_${key}`]: 'x86_64-w64-mingw32-ar',
+    [`CARGO_TARGET_${KEY}_LINKER`]: 'x86_64-w64-mingw32-gcc-posix',
+    [`BINDGEN_EXTRA_CLANG_ARGS_${key}`]: '--sysroot=/usr/x86_64-w64-mingw32',
+    LIBNODE_PATH: dirname(stub),
+  }
+}
 
 ensurePrerequisites()
 const t0 = Date.now()
@@ -67,46 +135,60 @@ const t0 = Date.now()
 // target dir when its build script runs, and fails (EEXIST) on the dangling
 // links a previous run left there: remove them first.
 for (const sub of ['', 'deps', 'examples']) {
-  const dir = join(targetDir, 'release', sub)
+  const dir = join(releaseDir, sub)
   for (const f of existsSync(dir) ? readdirSync(dir) : []) {
-    if (/^lib(llama|ggml)[^_]*\.so/.test(f)) rmSync(join(dir, f))
+    if (/^(lib)?(llama|ggml)[^_]*\.(so|dll)/.test(f)) rmSync(join(dir, f))
   }
 }
-console.log(`llama-engine: building the portable addon for ${triple} (cargo build --release --lib --no-default-features --features prebuilt)`)
-execFileSync('cargo', ['build', '--release', '--lib', '--no-default-features', '--features', 'prebuilt', '--target-dir', targetDir], {
+const cargoArgs = ['build', '--release', '--lib', '--no-default-features', '--features', 'prebuilt', '--target-dir', targetDir]
+if (rustTarget) cargoArgs.push('--target', rustTarget)
+console.log(`llama-engine: building the portable addon for ${triple} (cargo ${cargoArgs.join(' ')})`)
+execFileSync('cargo', cargoArgs, {
   cwd: root,
   stdio: 'inherit',
   // RUSTFLAGS replaces .cargo/config.toml's -C target-cpu=native: no
   // machine-specific code in the addon or in llama.cpp (GGML_NATIVE=OFF).
   // No OpenSSL either: llama.cpp's common library would link libssl for
   // downloads the engine never makes.
-  env: { ...process.env, RUSTFLAGS: '', CMAKE_DISABLE_FIND_PACKAGE_OpenSSL: 'TRUE' },
+  env: { ...process.env, ...cross, RUSTFLAGS: '', CMAKE_DISABLE_FIND_PACKAGE_OpenSSL: 'TRUE' },
 })
 
-// llama-cpp-sys-2's output: lib/ (libllama, libggml, libggml-base, …) and
-// backends/ (libggml-cpu-<variant>.so), from the newest build.
-const buildRoot = join(targetDir, 'release', 'build')
+// llama-cpp-sys-2's output: lib/ or bin/ (libllama, libggml, libggml-base,
+// …) and backends/ (the CPU back end per variant), from the newest build.
+const buildRoot = join(releaseDir, 'build')
 const outs = readdirSync(buildRoot)
   .filter((d) => d.startsWith('llama-cpp-sys-2-') && existsSync(join(buildRoot, d, 'out', 'backends')))
   .map((d) => join(buildRoot, d, 'out'))
   .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)
 if (!outs.length) throw new Error(`no llama-cpp-sys-2 output with backends/ under ${buildRoot}`)
 const out = outs[0]
-const libDirs = ['lib', 'lib64'].map((d) => join(out, d)).filter(existsSync)
+// MinGW's C++ runtime DLLs, shipped in the Windows package (a Windows
+// machine has none of them): found where the cross compiler keeps them.
+const mingwDirs = windows
+  ? execFileSync('sh', ['-c', 'dirname "$(x86_64-w64-mingw32-g++-posix -print-file-name=libstdc++-6.dll)"; dirname "$(x86_64-w64-mingw32-gcc-posix -print-file-name=libwinpthread-1.dll)"'], { encoding: 'utf8' })
+      .split('\n')
+      .filter(Boolean)
+  : []
+const libDirs = [...['lib', 'lib64', 'bin'].map((d) => join(out, d)), ...mingwDirs].filter(existsSync)
+const isLib = (f) => f.endsWith('.node') || f.includes('.so') || f.endsWith('.dll')
 
 function needed(file) {
+  if (windows) {
+    const text = execFileSync('x86_64-w64-mingw32-objdump', ['-p', file], { encoding: 'utf8', maxBuffer: 1 << 26 })
+    return [...text.matchAll(/DLL Name: (.+)/g)].map((m) => m[1].trim())
+  }
   const text = execFileSync('readelf', ['-d', file], { encoding: 'utf8' })
   return [...text.matchAll(/\(NEEDED\)\s+Shared library: \[(.+?)\]/g)].map((m) => m[1])
 }
 
 // Clean the package folder but keep its package.json and README.
 for (const f of existsSync(pkgDir) ? readdirSync(pkgDir) : []) {
-  if (f.endsWith('.node') || f.includes('.so')) rmSync(join(pkgDir, f))
+  if (isLib(f)) rmSync(join(pkgDir, f))
 }
 mkdirSync(pkgDir, { recursive: true })
 
 const addon = join(pkgDir, `llama-engine.${triple}.node`)
-copyFileSync(join(targetDir, 'release', 'libllama_engine.so'), addon)
+copyFileSync(join(releaseDir, windows ? 'llama_engine.dll' : 'libllama_engine.so'), addon)
 
 // Every shared library the addon needs from llama.cpp's build, under the
 // name it is asked for (its soname; npm pack does not keep symlinks).
@@ -122,22 +204,36 @@ while (queue.length) {
     queue.push(join(pkgDir, name))
   }
 }
-const variants = readdirSync(join(out, 'backends')).filter((f) => /^libggml-cpu-.+\.so$/.test(f))
+const variantName = /^(?:lib)?ggml-cpu-(.+)\.(?:so|dll)$/
+const variants = readdirSync(join(out, 'backends')).filter((f) => variantName.test(f))
 for (const f of variants) {
   copyFileSync(realpathSync(join(out, 'backends', f)), join(pkgDir, f))
   for (const name of needed(join(pkgDir, f))) {
-    if (!copied.has(name) && libDirs.some((d) => existsSync(join(d, name)))) {
-      throw new Error(`${f} needs ${name}, which the addon does not`)
-    }
+    if (copied.has(name)) continue
+    const src = libDirs.map((d) => join(d, name)).find(existsSync)
+    if (!src) continue
+    // A runtime DLL only the variants need (MinGW's libgomp, say) ships too.
+    if (!windows) throw new Error(`${f} needs ${name}, which the addon does not`)
+    copyFileSync(realpathSync(src), join(pkgDir, name))
+    copied.add(name)
   }
 }
 
-// What the package may depend on at run time: the C and C++ runtimes only.
+// MinGW's DLLs carry their debug sections (libstdc++-6.dll is 24 MB with
+// them, 2 MB without); the package ships them stripped.
+if (windows) {
+  for (const f of readdirSync(pkgDir).filter(isLib)) execFileSync('x86_64-w64-mingw32-strip', ['--strip-unneeded', join(pkgDir, f)])
+}
+
+// What the package may depend on at run time: the C and C++ runtimes only
+// (on Windows: the system's DLLs and, for N-API, the host process).
 const system = new Set()
-for (const f of readdirSync(pkgDir).filter((f) => f.endsWith('.node') || f.includes('.so'))) {
+for (const f of readdirSync(pkgDir).filter(isLib)) {
   for (const name of needed(join(pkgDir, f))) if (!copied.has(name)) system.add(name)
 }
-const allowed = /^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux.*)\.so/
+const allowed = windows
+  ? /^(kernel32|msvcrt|ntdll|advapi32|bcrypt|bcryptprimitives|ws2_32|userenv|user32|shell32|ole32|oleaut32|api-ms-win-.*|node)\.(dll|exe)$/i
+  : /^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux.*)\.so/
 const extra = [...system].filter((n) => !allowed.test(n))
 if (extra.length) throw new Error(`the prebuilt addon would need ${extra.join(', ')} on the user's machine`)
 
@@ -145,10 +241,10 @@ const pkg = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'))
 const rootPkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'))
 if (pkg.version !== rootPkg.version) throw new Error(`npm/${triple}/package.json version ${pkg.version} != ${rootPkg.version}`)
 
-const files = readdirSync(pkgDir).filter((f) => f.endsWith('.node') || f.includes('.so'))
+const files = readdirSync(pkgDir).filter(isLib)
 const mb = files.reduce((s, f) => s + statSync(join(pkgDir, f)).size, 0) / 1048576
 console.log(
   `llama-engine: ${pkg.name} in npm/${triple}/: ${basename(addon)}, ${[...copied].join(', ')}, ` +
-    `${variants.length} CPU variants (${variants.map((v) => v.slice(12, -3)).join(', ')}); ` +
+    `${variants.length} CPU variants (${variants.map((v) => variantName.exec(v)[1]).join(', ')}); ` +
     `${mb.toFixed(1)} MiB; system libraries: ${[...system].sort().join(', ')}; ${((Date.now() - t0) / 1000).toFixed(0)} s`,
 )

