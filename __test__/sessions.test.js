@@ -9,6 +9,10 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
+
+// A guard against a hung child process, not a speed limit: on a loaded
+// 2-core machine a child's load, self-check and generation took 2+ minutes.
+const CHILD_TIMEOUT = 540_000
 const { LlamaEngine, TARGET, GEMMA, model, matrix } = require('./helpers')
 
 const ROOT = path.join(__dirname, '..')
@@ -177,11 +181,11 @@ describe('sessions on disk', () => {
         await e.dispose();
         console.log(JSON.stringify({ loaded, cached: r.tokens_cached, evaluated: r.tokens_evaluated, trace: JSON.stringify({ content: r.content, probs: r.completion_probabilities }) }));
       })();`
-    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { timeout: 120000 }).toString().trim().split('\n').at(-1))
+    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { timeout: CHILD_TIMEOUT }).toString().trim().split('\n').at(-1))
     expect(out.loaded).toEqual({ tokens: saved.tokens, exact: true, messages: conversation.messages })
     expect(out.cached).toBe(saved.tokens)
     expect(out.trace).toBe(await computed(nextTurn))
-  })
+  }, CHILD_TIMEOUT + 60_000)
 
   test('a sliding-window model (gemma-3, window 512) past its window: restored exactly', async () => {
     const template = `{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}`
@@ -302,11 +306,11 @@ describe('sessions on disk', () => {
         await e.dispose();
         console.log(JSON.stringify({ codes, after: after.content }));
       })();`
-    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { timeout: 600000 }).toString().trim().split('\n').at(-1))
+    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { timeout: CHILD_TIMEOUT }).toString().trim().split('\n').at(-1))
     const { loaded = 0, INVALID_SESSION: invalid = 0, ...others } = out.codes
     expect(others).toEqual({})
     expect(loaded + invalid).toBe(count)
     expect(invalid).toBeGreaterThan(count / 2)
     expect(out.after.length).toBeGreaterThan(0)
-  })
+  }, CHILD_TIMEOUT + 120_000)
 })
