@@ -84,18 +84,20 @@ function crossEnv(target) {
   if (!target || target === 'x86_64-unknown-linux-gnu') return {}
   const key = target.replace(/-/g, '_')
   const KEY = key.toUpperCase()
+  // Compiler wrappers: a shell script per compiler, in the target dir.
+  const wrap = join(targetDir, 'cross-bin')
+  mkdirSync(wrap, { recursive: true })
+  const wrapper = (name, command) => {
+    writeFileSync(join(wrap, name), `#!/bin/sh\nexec ${command}\n`, { mode: 0o755 })
+    return join(wrap, name)
+  }
   if (target === 'aarch64-unknown-linux-gnu') {
     // clang, not Debian 12's aarch64 gcc 12, which does not know the
     // -march of ggml's armv9.2 variants (+sme). Wrapped so the Debian cross
     // triple (whose binutils and libraries clang finds) comes last.
-    const wrap = join(targetDir, 'cross-bin')
-    mkdirSync(wrap, { recursive: true })
-    for (const [name, cc] of [['aarch64-clang', 'clang'], ['aarch64-clang++', 'clang++']]) {
-      writeFileSync(join(wrap, name), `#!/bin/sh\nexec ${cc} "$@" --target=aarch64-linux-gnu\n`, { mode: 0o755 })
-    }
     return {
-      [`CC_${key}`]: join(wrap, 'aarch64-clang'),
-      [`CXX_${key}`]: join(wrap, 'aarch64-clang++'),
+      [`CC_${key}`]: wrapper('aarch64-clang', 'clang "$@" --target=aarch64-linux-gnu'),
+      [`CXX_${key}`]: wrapper('aarch64-clang++', 'clang++ "$@" --target=aarch64-linux-gnu'),
       [`AR_${key}`]: 'aarch64-linux-gnu-ar',
       [`CARGO_TARGET_${KEY}_LINKER`]: 'aarch64-linux-gnu-gcc',
       [`BINDGEN_EXTRA_CLANG_ARGS_${key}`]: '--sysroot=/usr/aarch64-linux-gnu',
@@ -103,12 +105,7 @@ function crossEnv(target) {
   }
   // MinGW-w64 with POSIX threads (std::thread and std::mutex in llama.cpp),
   // wrapped to force-include the declarations Debian 12's headers lack.
-  const wrap = join(targetDir, 'cross-bin')
-  mkdirSync(wrap, { recursive: true })
   const compat = join(root, 'scripts', 'mingw-compat.h')
-  for (const [name, cc] of [['mingw-gcc', 'x86_64-w64-mingw32-gcc-posix'], ['mingw-g++', 'x86_64-w64-mingw32-g++-posix']]) {
-    writeFileSync(join(wrap, name), `#!/bin/sh\nexec ${cc} -include ${compat} "$@"\n`, { mode: 0o755 })
-  }
   // napi-build links MinGW builds against `libnode.dll` (MSYS2's Node). The
   // addon resolves every N-API function from the host process at load
   // (napi-sys's dyn-symbols), so an empty DLL of that name satisfies the
@@ -120,8 +117,8 @@ function crossEnv(target) {
     execFileSync('x86_64-w64-mingw32-gcc-posix', ['-shared', '-o', stub, join(wrap, 'libnode', 'stub.c')])
   }
   return {
-    [`CC_${key}`]: join(wrap, 'mingw-gcc'),
-    [`CXX_${key}`]: join(wrap, 'mingw-g++'),
+    [`CC_${key}`]: wrapper('mingw-gcc', `x86_64-w64-mingw32-gcc-posix -include ${compat} "$@"`),
+    [`CXX_${key}`]: wrapper('mingw-g++', `x86_64-w64-mingw32-g++-posix -include ${compat} "$@"`),
     [`AR_${key}`]: 'x86_64-w64-mingw32-ar',
     [`CARGO_TARGET_${KEY}_LINKER`]: 'x86_64-w64-mingw32-gcc-posix',
     [`BINDGEN_EXTRA_CLANG_ARGS_${key}`]: '--sysroot=/usr/x86_64-w64-mingw32',
