@@ -400,7 +400,8 @@ export declare class LlamaEngine {
    * Reads and checks a session file, then puts its cells into a free slot:
    * the next request starting with its tokens reuses them. A file of another
    * model or KV settings, truncated, corrupted or not a session rejects with
-   * `INVALID_SESSION`.
+   * `INVALID_SESSION`; a path that cannot be read rejects with
+   * `INVALID_REQUEST`.
    */
   loadSession(path: string): Promise<LoadedSession>
   /** Frees models and contexts now, not at GC. */

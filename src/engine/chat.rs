@@ -8,8 +8,8 @@ use llama_cpp_2::model::LlamaModel;
 use serde_json::Value;
 
 use super::model::special_token;
+use crate::core::chat::format::OutputFormat;
 use crate::core::chat::format::{constraint_grammar, json_answer, prepare_messages, reasoning_start, ChatFormat, ChatPlan, Family};
-use crate::core::chat::output::OutputFormat;
 use crate::core::chat::template::Render;
 use crate::core::chat::tools::{ChatOptions, ReasoningFormat, ResponseFormat};
 use crate::core::chat::{ChatMessage, ChatTemplate};

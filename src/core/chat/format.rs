@@ -17,10 +17,19 @@
 
 use serde_json::{json, Map, Value};
 
-use super::output::OutputFormat;
 use super::template::{ChatTemplate, Render};
 use super::tools::{call_schema, nullable_to_any_of, ChatOptions, ResponseFormat, Tool, ToolChoice};
 use crate::core::sampling::constraint::{json_layout, Grammar};
+
+/// What the output parser (`output.rs`) looks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputFormat {
+    /// The call syntax, when calls are parsed.
+    pub calls: Option<ToolSyntax>,
+    /// The reasoning markers, when reasoning is separated.
+    pub reasoning: Option<ReasoningMarkers>,
+    pub reasoning_start: ReasoningStart,
+}
 
 /// What preparing a request decided for its generation: how its output is
 /// read, what constrains it (and which request field that comes from, for

@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use super::format::{ReasoningMarkers, ReasoningStart, ToolSyntax};
+use super::format::{OutputFormat, ReasoningMarkers, ReasoningStart, ToolSyntax};
 
 /// A tool call's change in one step: its first delta carries `id` and
 /// `name`, the following ones fragments of `arguments` (a JSON string).
@@ -54,16 +54,6 @@ pub struct ToolCall {
     pub name: String,
     /// Its arguments, a JSON text.
     pub arguments: String,
-}
-
-/// What the parser looks for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutputFormat {
-    /// The call syntax, when calls are parsed.
-    pub calls: Option<ToolSyntax>,
-    /// The reasoning markers, when reasoning is separated.
-    pub reasoning: Option<ReasoningMarkers>,
-    pub reasoning_start: ReasoningStart,
 }
 
 #[derive(Debug, Clone, PartialEq)]

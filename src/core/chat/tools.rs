@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::core::error::{EngineError, Result};
-use crate::core::request::parse::type_name;
+use crate::core::request::describe::{truncate, type_name};
 
 /// Most tools in one request.
 pub const MAX_TOOLS: usize = 128;
@@ -188,10 +188,7 @@ fn parse_tools(v: &Value) -> Result<Vec<Tool>> {
         {
             return Err(invalid(
                 &format!("{at}.function.name"),
-                format!(
-                    "expected 1 to {MAX_TOOL_NAME} letters, digits, '_', '-' or '.', got {:?}",
-                    crate::core::request::parse::truncate(&name, 80)
-                ),
+                format!("expected 1 to {MAX_TOOL_NAME} letters, digits, '_', '-' or '.', got {:?}", truncate(&name, 80)),
             ));
         }
         if tools.iter().any(|t| t.name == name) {

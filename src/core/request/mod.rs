@@ -4,6 +4,7 @@
 //! prompt's truncation rules (`prompt`). Everything past this module works
 //! on the typed, validated values defined here.
 
+pub(crate) mod describe;
 pub mod fields;
 #[cfg(test)]
 mod fuzz;

@@ -9,6 +9,7 @@ use std::fmt::Display;
 
 use serde_json::{Map, Number, Value};
 
+use super::describe::{truncate, type_name};
 use super::fields::*;
 use super::gbnf::check_gbnf;
 use super::{CompletionRequest, PromptPart, RequestLimits, SamplingParams, SpecMode, SpeculativeParams};
@@ -417,25 +418,6 @@ fn float_in(value: &Value, min: f64, max: f64) -> Result<f32, String> {
 
 fn finite(n: &Number) -> Result<f64, String> {
     n.as_f64().filter(|x| x.is_finite()).ok_or_else(|| format!("expected a finite number, got {n}"))
-}
-
-pub(crate) fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// At most `max_chars` characters of user text, for error messages.
-pub(crate) fn truncate(text: &str, max_chars: usize) -> Cow<'_, str> {
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => Cow::Owned(format!("{}…", &text[..end])),
-        None => Cow::Borrowed(text),
-    }
 }
 
 /// An `f32` as the JSON number with the shortest decimal form that reads back
