@@ -44,8 +44,28 @@ export declare class NativeEngine {
   dispose(): Promise<void>
 }
 
+/**
+ * How this addon was built: `dynamicBackends` when llama.cpp's back ends
+ * are modules beside it (the prebuilt packages), which GPU modules can join.
+ */
+export declare function buildInfo(): { dynamicBackends: boolean }
+
+/**
+ * Decides, before the first engine of the process loads, which GPU module
+ * llama.cpp's back end loads (`path`, after `probeGpu` succeeded in a child
+ * process) or why none (`reason`). False when the back end already started.
+ */
+export declare function configureGpu(path?: string | undefined | null, reason?: string | undefined | null): boolean
+
 /** The stable `code` of every error the engine raises. */
 export declare function errorCodes(): Array<string>
+
+/**
+ * Loads a GPU back-end module in this process and computes on each of its
+ * devices: run in a child process (`gpu-probe.js`), where a driver that
+ * crashes takes only the child down.
+ */
+export declare function probeGpu(path: string): { ok: boolean, devices?: Record<string, unknown>[], reason?: string }
 
 /**
  * Re-quantizes a GGUF model with llama.cpp (`ftype`: "Q2_K", "Q3_K_M",

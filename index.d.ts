@@ -40,7 +40,11 @@ export interface EngineOptions {
   batchSize?: number
   /** Default: available parallelism. */
   threads?: number
-  /** Default 0 on a CPU-only build. */
+  /**
+   * Layers on the GPU (default 0; 99 = all). Needs a GPU back end: the
+   * optional `llama-engine-linux-x64-gnu-vulkan` package or a source build
+   * with one. Without it the CPU computes and `status().gpu.reason` says why.
+   */
   gpuLayers?: number
   draftGpuLayers?: number
   /** Model loading progress, 0..1. */
@@ -346,6 +350,20 @@ export interface EngineStatus {
    * `"built in (source build)"`.
    */
   cpuBackend?: string
+  /**
+   * The GPU back end: the device computing (`"Vulkan0: <driver's name>"`,
+   * null when no layer is on a GPU), the devices it has, how many layers
+   * of the target and the draft model are on it, and why none are (no GPU
+   * back end installed, no Vulkan loader, no device, a driver that crashed
+   * in the probe process, or `gpuLayers` 0; null when some are).
+   */
+  gpu?: {
+    device: string | null
+    devices: Array<{ backend: string; name: string; description: string; memoryMB: number }>
+    layers: number
+    draftLayers: number
+    reason: string | null
+  }
   /**
    * Where the native addon was loaded from: the platform package's name
    * (e.g. `"llama-engine-linux-x64-gnu"`), `"local build"`, or the path in

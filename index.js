@@ -4,7 +4,8 @@
 // JavaScript shape: promises, AbortSignal, async iteration. Errors come from
 // the addon as Errors with their stable `code` already set.
 
-const { loadNative } = require('./native-loader.js')
+const { loadNative, platformTriple } = require('./native-loader.js')
+const { setupGpu } = require('./gpu.js')
 
 const native = loadNative()
 const { NativeEngine, quantizeModel: nativeQuantize } = native.binding
@@ -97,6 +98,7 @@ class LlamaEngine {
         }
       : undefined
     try {
+      await setupGpu(native.binding, platformTriple())
       return new LlamaEngine(await NativeEngine.load(json, progress))
     } catch (e) {
       throw coded(e)

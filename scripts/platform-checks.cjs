@@ -61,9 +61,9 @@ async function main() {
   const same = (a, b) => JSON.stringify(a.completion_probabilities) === JSON.stringify(b.completion_probabilities)
   const off = await engine.complete({ ...req, speculative: { mode: 'off' } })
   const spec = await engine.complete({ ...req, speculative: { mode: 'ngram', adaptive: false, n_max: 8 } })
-  check('speculation = off (Q4_1)', same(off, spec) && spec.speculative.n_drafted > 0, `${spec.speculative.n_drafted} drafted, ${spec.speculative.n_accepted} accepted; probabilities ${same(off, spec) ? 'bit-identical' : 'DIFFER'}; off ${off.timings.predicted_per_second.toFixed(1)} tokens/s, ngram ${spec.timings.predicted_per_second.toFixed(1)} tokens/s`)
+  check('speculation = off (Q4_1)', same(off, spec) && spec.speculative.n_drafted > 0, `${spec.speculative.n_drafted} drafted, ${spec.speculative.n_accepted} accepted; tokens ${off.content === spec.content ? 'equal' : 'DIFFER'}, probabilities ${same(off, spec) ? 'bit-identical' : 'DIFFER'}; off ${off.timings.predicted_per_second.toFixed(1)} tokens/s, ngram ${spec.timings.predicted_per_second.toFixed(1)} tokens/s`)
   const [p1, p2] = await Promise.all([engine.complete({ ...req, speculative: { mode: 'ngram', adaptive: false, n_max: 8 } }), engine.complete({ prompt, n_predict: 16, temperature: 0 })])
-  check('parallel requests', same(off, p1) && p2.content === greedy.content, `two requests in one batch equal their solo runs: ${same(off, p1) && p2.content === greedy.content}`)
+  check('parallel requests', same(off, p1) && p2.content === greedy.content, `two requests in one batch equal their solo runs: ${same(off, p1) && p2.content === greedy.content} (tokens ${p1.content === off.content && p2.content === greedy.content ? 'equal' : 'DIFFER'})`)
   await engine.dispose()
   let code = null
   try {
@@ -79,7 +79,7 @@ async function main() {
     const kspec = await k.complete({ ...req, speculative: { mode: 'ngram', adaptive: false, n_max: 8 } })
     const ks = k.status()
     await k.dispose()
-    check('speculation = off (Q4_K_M)', same(koff, kspec) && kspec.speculative.n_drafted > 0, `batchInvariant ${ks.batchInvariant}; ${kspec.speculative.n_drafted} drafted; probabilities ${same(koff, kspec) ? 'bit-identical' : 'DIFFER'}`)
+    check('speculation = off (Q4_K_M)', same(koff, kspec) && kspec.speculative.n_drafted > 0, `batchInvariant ${ks.batchInvariant}; ${kspec.speculative.n_drafted} drafted; tokens ${koff.content === kspec.content ? 'equal' : 'DIFFER'}, probabilities ${same(koff, kspec) ? 'bit-identical' : 'DIFFER'}`)
   }
 }
 

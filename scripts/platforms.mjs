@@ -9,6 +9,12 @@
 //                    `-cpu max` (i8mm, SVE2), where the variant with i8mm is
 //                    also forced to show the self-check catching it;
 //   win32-x64-gnu    MinGW-w64; wine.
+//   linux-x64-gnu-vulkan
+//                    the Vulkan module (npm run prebuild:vulkan) beside the
+//                    linux-x64-gnu package, run with this machine's Node on
+//                    Mesa's lavapipe (Vulkan on the CPU), and with no device,
+//                    no Vulkan loader and a driver that crashes: the engine
+//                    must then run on the CPU and say why.
 //
 // Default: every platform; `--skip-build` reuses a package already in
 // npm/<platform>/, `--quick` runs one emulated CPU per platform. Needs root for apt-get (cross compilers, qemu,
@@ -51,6 +57,20 @@ const PLATFORMS = {
   },
 }
 
+// The Vulkan package is checked natively: [label, extra env, gpuLayers,
+// expected: a GPU used, the reason when not].
+const VULKAN_RUNS = [
+  ['lavapipe (GGML_VK_VISIBLE_DEVICES=0), every layer offloaded', { GGML_VK_VISIBLE_DEVICES: '0' }, 99, { gpu: true }],
+  ['no usable device (lavapipe is a CPU device, which ggml skips unless named)', {}, 99, { gpu: false, reason: /no usable Vulkan device/ }],
+  ['no Vulkan loader (the module asks for a libvulkan.so.9 that does not exist)', { NO_LOADER: '1' }, 99, { gpu: false, reason: /libvulkan\.so\.9/ }],
+  ['a driver that crashes (an ICD that raises SIGSEGV)', { BROKEN_ICD: '1', GGML_VK_VISIBLE_DEVICES: '0' }, 99, { gpu: false, reason: /SIGSEGV/ }],
+  ['gpuLayers 0 with the module installed', { GGML_VK_VISIBLE_DEVICES: '0' }, 0, { gpu: false, reason: /gpuLayers is 0/ }],
+]
+PLATFORMS['linux-x64-gnu-vulkan'] = {
+  apt: { glslc: 'glslc', cmake: 'cmake', cc: 'gcc' },
+  aptFiles: { '/usr/share/vulkan/icd.d/lvp_icd.x86_64.json': 'mesa-vulkan-drivers', '/usr/lib/x86_64-linux-gnu/libvulkan.so': 'libvulkan-dev', '/usr/share/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake': 'spirv-headers' },
+}
+
 const asked = process.argv.slice(2).filter((a) => !a.startsWith('-'))
 for (const a of asked) if (!PLATFORMS[a]) throw new Error(`unknown platform ${a}: one of ${Object.keys(PLATFORMS).join(', ')}`)
 const which = asked.length ? asked : Object.keys(PLATFORMS)
@@ -68,11 +88,13 @@ const has = (cmd) => spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'igno
 
 function ensureTools(p) {
   const missing = Object.entries(p.apt).filter(([cmd]) => !has(cmd)).map(([, pkg]) => pkg)
+  for (const [file, pkg] of Object.entries(p.aptFiles ?? {})) if (!existsSync(file)) missing.push(pkg)
   if (missing.length) {
     console.log(`platforms: installing ${missing.join(' ')}`)
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' })
     execFileSync('apt-get', ['install', '-y', '-qq', ...new Set(missing)], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } })
   }
+  if (!p.rustTarget) return
   const targets = execFileSync('rustup', ['target', 'list', '--installed'], { encoding: 'utf8' })
   if (!targets.split('\n').includes(p.rustTarget)) execFileSync('rustup', ['target', 'add', p.rustTarget], { stdio: 'inherit' })
 }
@@ -131,6 +153,10 @@ function pack(dir, dest) {
 const mib = (n) => `${(n / 1048576).toFixed(1)} MiB`
 
 for (const name of which) {
+  if (name === 'linux-x64-gnu-vulkan') {
+    vulkan()
+    continue
+  }
   const p = PLATFORMS[name]
   console.log(`\n== ${name}`)
   ensureTools(p)
@@ -204,6 +230,110 @@ for (const name of which) {
     rows.push(`${label}: ${res.status?.cpuBackend}, batchInvariant ${res.status?.batchInvariant}, ${speed} tokens/s, ${seconds.toFixed(0)} s`)
   }
   summary.push(`${name}: package ${mib(platTgz.size)} (${mib(platTgz.unpacked)} installed)${buildSeconds ? `, build ${(buildSeconds / 60).toFixed(1)} min` : ''}, install ${installSeconds.toFixed(0)} s; ${rows.join('; ')}`)
+  if (!process.env.KEEP) rmSync(work, { recursive: true, force: true })
+  else console.log(`kept ${work}`)
+}
+
+// The Vulkan module beside the linux-x64-gnu package, natively.
+function vulkan() {
+  const name = 'linux-x64-gnu-vulkan'
+  console.log(`\n== ${name}`)
+  ensureTools(PLATFORMS[name])
+  const basePkg = join(root, 'npm', 'linux-x64-gnu')
+  const pkgDir = join(root, 'npm', name)
+  let buildSeconds = null
+  if (!skipBuild || !existsSync(join(basePkg, 'llama-engine.linux-x64-gnu.node'))) {
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs')], { stdio: 'inherit' })
+  }
+  if (!skipBuild || !existsSync(join(pkgDir, 'libggml-vulkan.so'))) {
+    const t0 = Date.now()
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild-vulkan.mjs')], { stdio: 'inherit' })
+    buildSeconds = (Date.now() - t0) / 1000
+  }
+  const work = mkdtempSync(join(tmpdir(), `llama-engine-${name}-`))
+  const tarballs = join(work, 'tarballs')
+  mkdirSync(tarballs)
+  const tgz = [pack(root, tarballs), pack(basePkg, tarballs), pack(pkgDir, tarballs)]
+  console.log(`${name}: package ${mib(tgz[2].size)} (${mib(tgz[2].unpacked)} installed)${buildSeconds ? `, built in ${buildSeconds.toFixed(0)} s` : ''}; linux-x64-gnu ${mib(tgz[1].size)} (${mib(tgz[1].unpacked)})`)
+
+  // A PATH with node and sh only (no compiler), as on a user's machine.
+  const bin = join(work, 'bin')
+  mkdirSync(bin)
+  symlinkSync(process.execPath, join(bin, 'node'))
+  symlinkSync('/bin/sh', join(bin, 'sh'))
+  const app = join(work, 'app')
+  mkdirSync(app)
+  writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true }))
+  const npmCli = join(execFileSync('npm', ['root', '-g'], { encoding: 'utf8' }).trim(), 'npm', 'bin', 'npm-cli.js')
+  const t1 = Date.now()
+  const inst = spawnSync(process.execPath, [npmCli, 'install', '--offline', '--no-audit', '--no-fund', `--cache=${join(work, 'npm-cache')}`, ...tgz.map((t) => t.file)], {
+    cwd: app,
+    env: { ...process.env, PATH: bin, npm_config_update_notifier: 'false' },
+    encoding: 'utf8',
+  })
+  const installSeconds = (Date.now() - t1) / 1000
+  const installed = inst.status === 0 && existsSync(join(app, 'node_modules', `llama-engine-${name}`, 'libggml-vulkan.so'))
+  log(installed, `${name}: npm install of the three tarballs (${installSeconds.toFixed(0)} s)${installed ? '' : `: ${inst.stdout}${inst.stderr}`.slice(-2000)}`)
+  if (!installed) return
+  writeFileSync(join(app, 'checks.cjs'), readFileSync(join(root, 'scripts', 'platform-checks.cjs')))
+
+  // No loader: a copy of the module whose NEEDED entry names a loader that
+  // does not exist (same length, so the ELF stays valid).
+  const noLoader = join(work, 'no-loader', 'libggml-vulkan.so')
+  mkdirSync(dirname(noLoader))
+  const bytes = readFileSync(join(pkgDir, 'libggml-vulkan.so'))
+  const at = bytes.indexOf(Buffer.from('libvulkan.so.1\0'))
+  Buffer.from('libvulkan.so.9').copy(bytes, at)
+  writeFileSync(noLoader, bytes)
+  // A Vulkan driver that crashes as the loader first calls it.
+  const icdDir = join(work, 'broken-icd')
+  mkdirSync(icdDir)
+  writeFileSync(join(icdDir, 'icd.c'), '#include <signal.h>\nint vk_icdNegotiateLoaderICDInterfaceVersion(unsigned *v) { raise(SIGSEGV); return 0; }\nvoid *vk_icdGetInstanceProcAddr(void *i, const char *n) { raise(SIGSEGV); return 0; }\n')
+  execFileSync('cc', ['-shared', '-fPIC', '-o', join(icdDir, 'libbroken_icd.so'), join(icdDir, 'icd.c')])
+  writeFileSync(join(icdDir, 'broken_icd.json'), JSON.stringify({ file_format_version: '1.0.0', ICD: { library_path: join(icdDir, 'libbroken_icd.so'), api_version: '1.3.0' } }))
+
+  const rows = []
+  for (const [label, extra, gpuLayers, expect] of quick ? VULKAN_RUNS.slice(0, 1) : VULKAN_RUNS) {
+    const outFile = join(work, `checks-${rows.length}.json`)
+    const env = { ...process.env, PATH: bin, PLATFORM_CHECKS_OUT: outFile, PLATFORM_CHECKS_GPU_LAYERS: String(gpuLayers) }
+    for (const k of ['GGML_VK_VISIBLE_DEVICES', 'LLAMA_ENGINE_VULKAN', 'LLAMA_ENGINE_GPU', 'LLAMA_ENGINE_CPU_VARIANT', 'VK_ICD_FILENAMES', 'VK_DRIVER_FILES']) delete env[k]
+    if (extra.GGML_VK_VISIBLE_DEVICES) env.GGML_VK_VISIBLE_DEVICES = extra.GGML_VK_VISIBLE_DEVICES
+    if (extra.NO_LOADER) env.LLAMA_ENGINE_VULKAN = noLoader
+    if (extra.BROKEN_ICD) env.VK_ICD_FILENAMES = env.VK_DRIVER_FILES = join(icdDir, 'broken_icd.json')
+    const t2 = Date.now()
+    const run = spawnSync(process.execPath, ['checks.cjs', models], { cwd: app, env, encoding: 'utf8' })
+    const seconds = (Date.now() - t2) / 1000
+    if (!existsSync(outFile)) {
+      log(false, `${name} ${label}: the checks did not run (exit ${run.status}, signal ${run.signal}): ${`${run.stdout}${run.stderr}`.slice(-1500)}`)
+      continue
+    }
+    const res = JSON.parse(readFileSync(outFile, 'utf8'))
+    const gpu = res.status?.gpu
+    const invariant = res.status?.batchInvariant
+    console.log(`-- ${name}, ${label} (${seconds.toFixed(0)} s): gpu ${JSON.stringify(gpu)}, batchInvariant ${invariant}`)
+    for (const c of res.checks) {
+      // On a GPU, exactness is what the self-check finds: when it reports
+      // false, speculation is verified but not bit-exact (shown, not failed).
+      const exactness = c.name.startsWith('speculation') || c.name === 'parallel requests'
+      if (exactness && invariant === false && expect.gpu) {
+        console.log(`info ${c.name}: ${c.detail}`)
+        continue
+      }
+      log(c.ok, `${c.name}: ${c.detail}`)
+    }
+    if (expect.gpu) {
+      log(gpu?.layers > 0 && /llvmpipe/.test(gpu?.device ?? ''), `layers on the GPU: ${gpu?.layers}, device ${gpu?.device}`)
+    } else {
+      log(gpu?.layers === 0 && expect.reason.test(gpu?.reason ?? ''), `on the CPU, and status().gpu.reason says why: ${gpu?.reason}`)
+      log(invariant === true, `CPU self-check: batchInvariant ${invariant}`)
+    }
+    log(res.status?.addon === 'llama-engine-linux-x64-gnu', `loaded from the platform package (${res.status?.addon})`)
+    const printed = `${run.stdout}${run.stderr}`.trim()
+    log(printed === '', `nothing printed${printed ? `: ${printed.slice(0, 300)}` : ''}`)
+    const speed = res.checks.find((c) => c.name === 'complete (prompt)')?.detail.match(/([\d.]+) tokens\/s/)?.[1]
+    rows.push(`${label}: ${gpu?.layers ? gpu.device : 'CPU'}, batchInvariant ${invariant}, ${speed} tokens/s, ${seconds.toFixed(0)} s`)
+  }
+  summary.push(`${name}: package ${mib(tgz[2].size)} (${mib(tgz[2].unpacked)} installed)${buildSeconds ? `, build ${(buildSeconds / 60).toFixed(1)} min` : ''}, install ${installSeconds.toFixed(0)} s; ${rows.join('; ')}`)
   if (!process.env.KEEP) rmSync(work, { recursive: true, force: true })
   else console.log(`kept ${work}`)
 }

@@ -255,6 +255,7 @@ impl NativeEngine {
             "batchInvariant": info.batch_invariant,
             "batchInvariance": info.batch_invariance,
             "cpuBackend": crate::engine::ggml_setup::cpu_backend(),
+            "gpu": gpu_status(info),
             "toolCallFormat": self.engine.chat_format().map(|f| f.tools.family.as_str()),
             "tokensCached": st.tokens_cached,
             "promptCache": {
@@ -293,6 +294,61 @@ impl NativeEngine {
 #[napi(ts_return_type = "Promise<void>")]
 pub fn quantize_model(input: String, output: String, ftype: String) -> AsyncTask<Off<QuantizeTask>> {
     AsyncTask::new(Off(QuantizeTask { input, output, ftype }))
+}
+
+/// `status().gpu`: the devices of the GPU back end, how many layers of each
+/// model are on one, and why none are when none are.
+fn gpu_status(info: &crate::engine::model::ModelInfo) -> Value {
+    use crate::engine::gpu;
+    let state = gpu::state();
+    let devices: Vec<Value> = state.map(|s| s.devices.iter().map(|d| d.to_json()).collect()).unwrap_or_default();
+    let used = info.gpu_layers + info.draft_gpu_layers > 0;
+    let device = state.filter(|_| used).and_then(|s| s.devices.first()).map(|d| format!("{}: {}", d.name, d.description));
+    let reason = if used {
+        None
+    } else {
+        match state.and_then(|s| s.reason.clone()) {
+            Some(r) => Some(r),
+            None => Some("gpuLayers is 0".to_string()),
+        }
+    };
+    json!({
+        "device": device,
+        "devices": devices,
+        "layers": info.gpu_layers,
+        "draftLayers": info.draft_gpu_layers,
+        "reason": reason,
+    })
+}
+
+/// Decides, before the first engine of the process loads, which GPU module
+/// llama.cpp's back end loads (`path`, after `probeGpu` succeeded in a child
+/// process) or why none (`reason`). False when the back end already started.
+#[napi]
+pub fn configure_gpu(path: Option<String>, reason: Option<String>) -> bool {
+    crate::engine::gpu::configure(match path {
+        Some(p) => Ok(p),
+        None => Err(reason.unwrap_or_else(|| "no GPU back end".into())),
+    })
+}
+
+/// Loads a GPU back-end module in this process and computes on each of its
+/// devices: run in a child process (`gpu-probe.js`), where a driver that
+/// crashes takes only the child down.
+#[napi(ts_return_type = "{ ok: boolean, devices?: Record<string, unknown>[], reason?: string }")]
+pub fn probe_gpu(path: String) -> Value {
+    match std::panic::catch_unwind(|| crate::engine::gpu::probe(&path)) {
+        Ok(Ok(devices)) => json!({ "ok": true, "devices": devices.iter().map(|d| d.to_json()).collect::<Vec<_>>() }),
+        Ok(Err(reason)) => json!({ "ok": false, "reason": reason }),
+        Err(_) => json!({ "ok": false, "reason": "the probe panicked" }),
+    }
+}
+
+/// How this addon was built: `dynamicBackends` when llama.cpp's back ends
+/// are modules beside it (the prebuilt packages), which GPU modules can join.
+#[napi(ts_return_type = "{ dynamicBackends: boolean }")]
+pub fn build_info() -> Value {
+    json!({ "dynamicBackends": cfg!(feature = "prebuilt") })
 }
 
 /// The stable `code` of every error the engine raises.

@@ -116,6 +116,16 @@ pub fn cpu_backend() -> String {
     }
 }
 
+/// ggml logs each back end it loads; the engine's logs are off unless
+/// `LLAMA_ENGINE_LOG` asks for them.
+pub fn quiet_logs() {
+    if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
+        unsafe extern "C" fn quiet(_: llama_cpp_sys_2::ggml_log_level, _: *const std::ffi::c_char, _: *mut std::ffi::c_void) {}
+        // SAFETY: installs a callback that ignores its arguments.
+        unsafe { llama_cpp_sys_2::ggml_log_set(Some(quiet), std::ptr::null_mut()) };
+    }
+}
+
 #[cfg(feature = "prebuilt")]
 static CPU_VARIANT: std::sync::OnceLock<std::result::Result<String, String>> = std::sync::OnceLock::new();
 
@@ -157,12 +167,7 @@ pub fn load_cpu_backend() -> std::result::Result<String, String> {
                     None => format!("no CPU back end in {} runs on this CPU", dir.display()),
                 });
             };
-            if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
-                // ggml logs each load; the engine's logs are off unless asked for.
-                unsafe extern "C" fn quiet(_: llama_cpp_sys_2::ggml_log_level, _: *const std::ffi::c_char, _: *mut std::ffi::c_void) {}
-                // SAFETY: installs a callback that ignores its arguments.
-                unsafe { llama_cpp_sys_2::ggml_log_set(Some(quiet), std::ptr::null_mut()) };
-            }
+            quiet_logs();
             let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
             // SAFETY: registers the library with ggml's back-end registry;
             // called once (OnceLock), before the back end is initialised.
@@ -222,7 +227,7 @@ fn addon_dir() -> Option<std::path::PathBuf> {
 /// (`LoadLibraryW`, `GetModuleHandleExW`): only what choosing a CPU variant
 /// needs.
 #[cfg(all(feature = "prebuilt", unix))]
-mod dl {
+pub(super) mod dl {
     use std::ffi::{c_void, CStr, CString};
     use std::path::Path;
 
@@ -233,6 +238,22 @@ mod dl {
     }
     pub unsafe fn symbol(lib: *mut c_void, name: &CStr) -> *mut c_void {
         libc::dlsym(lib, name.as_ptr())
+    }
+    /// Whether the library and everything it needs load here; `Err` is the
+    /// loader's message (e.g. `libvulkan.so.1: cannot open shared object
+    /// file`). The library stays loaded (ggml loads it next).
+    pub fn check_loadable(path: &Path) -> Result<(), String> {
+        let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: dlopen of a path, then dlerror's thread-local message.
+        unsafe {
+            let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            if h.is_null() {
+                let e = libc::dlerror();
+                let why = if e.is_null() { "cannot be loaded".into() } else { CStr::from_ptr(e).to_string_lossy().into_owned() };
+                return Err(why);
+            }
+        }
+        Ok(())
     }
     pub unsafe fn close(lib: *mut c_void) {
         libc::dlclose(lib);
@@ -251,7 +272,7 @@ mod dl {
 }
 
 #[cfg(all(feature = "prebuilt", windows))]
-mod dl {
+pub(super) mod dl {
     use std::ffi::{c_void, CStr, OsString};
     use std::os::windows::ffi::{OsStrExt, OsStringExt};
     use std::path::Path;

@@ -14,12 +14,14 @@
 //! - `sampler.rs`: a request's sampler chain;
 //! - `draft_model.rs`: the draft model as a drafter, per slot;
 //! - `calibrate.rs`: batch costs and the batch-invariance self-check;
-//! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings.
+//! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
+//! - `gpu.rs`: the GPU back end, its probe, and why none computes.
 
 mod calibrate;
 pub mod chat;
 pub mod draft_model;
 pub mod ggml_setup;
+pub mod gpu;
 pub mod kv;
 pub mod model;
 pub mod sampler;

@@ -29,6 +29,7 @@ pub fn backend() -> Result<&'static LlamaBackend> {
             ggml_setup::turn_off_tiled_matmul();
             #[cfg(feature = "prebuilt")]
             ggml_setup::load_cpu_backend()?;
+            super::gpu::start();
             let backend = LlamaBackend::init()
                 .map(|mut b| {
                     if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
@@ -64,6 +65,12 @@ pub struct ModelInfo {
     pub batch_invariance: String,
     /// The GGUF's identity (`core::cache::session::fingerprint`), for session files.
     pub fingerprint: String,
+    /// Layers of the target and the draft model on a GPU (`engine::gpu`).
+    pub gpu_layers: u32,
+    pub draft_gpu_layers: u32,
+    /// What computes this engine's cells, as session files record it: the
+    /// CPU back end, and the GPU device when layers are offloaded.
+    pub compute_id: String,
     /// No session file of this model and context is larger: a bound on what
     /// `loadSession` reads.
     pub session_bytes_max: u64,
@@ -76,14 +83,21 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Re
         return Err(fail("not a file".into()));
     }
     check_gguf_magic(Path::new(path)).map_err(fail)?;
+    let backend = backend()?;
     let mut params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
+    if gpu_layers == 0 || !super::gpu::has_device() {
+        // No GPU device at all (an empty list, not the default "all"): not
+        // even ggml's offload of large CPU batches, which would compute them
+        // in another order than the CPU does.
+        params = params.with_devices(&[]).map_err(|e| fail(e.to_string()))?;
+    }
     if let Some(mut cb) = progress {
         params = params.with_progress_callback(move |f| {
             cb(f);
             true
         });
     }
-    let model = LlamaModel::load_from_file(backend()?, path, &params)
+    let model = LlamaModel::load_from_file(backend, path, &params)
         .map_err(|e| fail(format!("llama.cpp could not load it ({e}); is it a complete GGUF model?")))?;
     Ok(Arc::new(model))
 }
@@ -181,6 +195,9 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         batch_invariant: false,
         batch_invariance: "not checked yet".into(),
         fingerprint: String::new(),
+        gpu_layers: super::gpu::offloaded_layers(opts.gpu_layers, model.n_layer()),
+        draft_gpu_layers: 0,
+        compute_id: ggml_setup::backend_id(),
         // K and V rows of at most 4 × n_embd f16 values, in at most two
         // caches per layer, plus the header and the tokens.
         session_bytes_max: (65 << 20) + u64::from(n_ctx) * (32 * u64::from(model.n_layer()) * model.n_embd().max(1) as u64 + 64),

@@ -61,6 +61,17 @@ impl Models {
             None => None,
         };
         let mut info = model::model_info(&target, opts);
+        if let Some(d) = &draft {
+            info.draft_gpu_layers = super::gpu::offloaded_layers(opts.draft_gpu_layers, d.n_layer());
+        }
+        if info.gpu_layers + info.draft_gpu_layers > 0 {
+            if let Some(dev) = super::gpu::state().and_then(|s| s.devices.first()) {
+                info.compute_id = format!(
+                    "{} + {} {} ({} + {} layers)",
+                    info.compute_id, dev.backend, dev.description, info.gpu_layers, info.draft_gpu_layers
+                );
+            }
+        }
         // Unreadable now (it was just loaded): sessions then match nothing.
         info.fingerprint = fingerprint(std::path::Path::new(&opts.model_path)).unwrap_or_default();
         Ok(Models { target, draft, info })

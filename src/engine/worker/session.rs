@@ -10,7 +10,6 @@ use super::Worker;
 use crate::core::cache::session::{Header, ModelId, Session};
 use crate::core::error::{EngineError, ErrorCode};
 use crate::core::files::{write_atomically, WriteError};
-use crate::engine::ggml_setup::backend_id;
 use crate::engine::kv::{self, KV_SETTINGS};
 use crate::engine::shared::Job;
 use crate::engine::slot::{Request, Stop};
@@ -66,7 +65,7 @@ impl Worker<'_> {
             engine: engine_id(),
             model: self.model_id(),
             kv: KV_SETTINGS.into(),
-            backend: backend_id(),
+            backend: self.models.info.compute_id.clone(),
             exact,
             windowed,
             conversation: conversation.clone(),
@@ -107,7 +106,7 @@ impl Worker<'_> {
             Ok(()) => {
                 self.slots[i].hold(&tokens, if session.header.windowed { tokens.len() } else { 0 });
                 let h = &session.header;
-                let exact = h.exact && h.backend == backend_id() && h.engine == engine_id();
+                let exact = h.exact && h.backend == self.models.info.compute_id && h.engine == engine_id();
                 Ok(answer(tokens.len(), exact, &h.conversation))
             }
             Err(why) => {
