@@ -36,12 +36,20 @@ test('the platform package is named by napi-rs convention and exists as a folder
   expect(rootPkg.optionalDependencies[pkg.name]).toBe(rootPkg.version)
   for (const dir of fs.readdirSync(path.join(root, 'npm'))) {
     const p = JSON.parse(fs.readFileSync(path.join(root, 'npm', dir, 'package.json'), 'utf8'))
+    // A GPU module package (llama-engine-<platform>-vulkan) is installed by
+    // the user, never by default: not an optional dependency, a peer of its
+    // platform package, which is one.
+    const gpu = /^(.+)-vulkan$/.exec(dir)
     expect({ dir, name: p.name, version: p.version, listed: rootPkg.optionalDependencies[p.name] }).toEqual({
       dir,
       name: `llama-engine-${dir}`,
       version: rootPkg.version,
-      listed: rootPkg.version,
+      listed: gpu ? undefined : rootPkg.version,
     })
+    if (gpu) {
+      expect(p.peerDependencies).toEqual({ [`llama-engine-${gpu[1]}`]: rootPkg.version })
+      expect(rootPkg.optionalDependencies[`llama-engine-${gpu[1]}`]).toBe(rootPkg.version)
+    }
     expect(p.os.length && p.cpu.length).toBeTruthy()
   }
 })
@@ -50,7 +58,9 @@ test('without any addon, requiring the package fails with a message that says wh
   // A copy of the JS files without a .node beside them and without the platform package.
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-noaddon-'))
   try {
-    for (const f of ['index.js', 'native-loader.js']) fs.copyFileSync(path.join(root, f), path.join(dir, f))
+    // The package's top-level JavaScript files, as npm would install them.
+    const rootPkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'))
+    for (const f of rootPkg.files.filter((f) => f.endsWith('.js'))) fs.copyFileSync(path.join(root, f), path.join(dir, f))
     const env = { ...process.env }
     delete env.LLAMA_ENGINE_ADDON
     const r = spawnSync(process.execPath, ['-e', `require(${JSON.stringify(dir)})`], { cwd: dir, env, encoding: 'utf8' })
