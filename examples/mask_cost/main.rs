@@ -62,7 +62,7 @@ fn main() {
     // canonical token where text is forced, else the mask).
     let tokenize = {
         let model = model.clone();
-        std::rc::Rc::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect::<Vec<i32>>())
+        std::sync::Arc::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect::<Vec<i32>>())
     };
     let env = LlamaSampler::llguidance_tok_env(&model);
     let compiler = Compiler::new(&env).expect("llguidance");

@@ -188,6 +188,7 @@ impl NativeEngine {
             sink: Box::new(JsEventSink::new(tsfn)),
             cancel: Arc::new(AtomicBool::new(false)),
             session: None,
+            compiled: None,
         });
         Ok(id as f64)
     }

@@ -7,6 +7,7 @@
 //!   the n-gram caches, published status);
 //! - `thread.rs`: the engine thread's life: load, admit, step, exit;
 //! - `chat.rs`: chat requests rendered and their output planned;
+//! - `compile.rs`: constraints compiled on a thread of their own;
 //! - `session.rs`: `saveSession`/`loadSession` before the engine thread;
 //! - `kv.rs`: a slot's cells copied, saved and restored;
 //! - `worker/`: the engine thread's state and the phases of one step;
@@ -19,6 +20,7 @@
 
 mod calibrate;
 pub mod chat;
+mod compile;
 pub mod draft_model;
 pub mod ggml_setup;
 pub mod gpu;

@@ -37,7 +37,7 @@ impl Engine {
         match self.save_job(path, conversation) {
             Ok((request, session)) => {
                 let id = self.next_job_id();
-                self.submit(Job { id, request, sink, cancel: Arc::new(AtomicBool::new(false)), session: Some(session) });
+                self.submit(Job { id, request, sink, cancel: Arc::new(AtomicBool::new(false)), session: Some(session), compiled: None });
             }
             Err(e) => sink.reply(Err(e)),
         }
@@ -98,6 +98,7 @@ impl Engine {
                         sink,
                         cancel: Arc::new(AtomicBool::new(false)),
                         session: Some(SessionJob::Load(Box::new(session))),
+                        compiled: None,
                     };
                     if let Err(job) = shared.submit(job) {
                         job.sink.reply(Err(EngineError::disposed()));

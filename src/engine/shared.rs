@@ -15,7 +15,9 @@ use serde_json::Value;
 
 use crate::core::cache::prompt_cache::CacheStats;
 use crate::core::cache::session::Session;
+use crate::core::error::EngineError;
 use crate::core::request::CompletionRequest;
+use crate::core::sampling::constraint::{Constraint, Grammar};
 use crate::core::speculation::ngram::NgramCache;
 use crate::core::text::events::EventSink;
 
@@ -27,6 +29,9 @@ pub struct Job {
     pub sink: Box<dyn EventSink>,
     pub cancel: Arc<AtomicBool>,
     pub session: Option<SessionJob>,
+    /// Its constraint, once the compiling thread compiled it (or why it
+    /// could not), with the grammar it was compiled from.
+    pub compiled: Option<Result<(Grammar, Constraint), EngineError>>,
 }
 
 /// The session jobs: they take a slot like a request, and answer with
@@ -107,6 +112,21 @@ impl Shared {
             return Err(Box::new(job));
         }
         q.jobs.push_back(job);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Puts a job that `next_job` handed out back at the front of the queue
+    /// (its constraint compiled); gives it back when the engine is closed.
+    pub fn resubmit(&self, job: Job) -> Result<(), Box<Job>> {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            q.running.remove(&job.id);
+            return Err(Box::new(job));
+        }
+        q.running.remove(&job.id);
+        q.jobs.push_front(job);
         drop(q);
         self.wake.notify_one();
         Ok(())

@@ -20,6 +20,7 @@ use crate::core::cache::prompt_cache::reusable;
 use crate::core::chat::output::{Delta, OutputParser};
 use crate::core::error::EngineError;
 use crate::core::request::CompletionRequest;
+use crate::core::sampling::constraint::is_limit;
 use crate::core::sampling::noise::{self, Rng};
 use crate::core::sampling::Dist;
 use crate::core::speculation::controller::DraftController;
@@ -532,7 +533,13 @@ impl<'m> Request<'m> {
         self.chain.end();
         if stop == Stop::Failed {
             let why = self.sampler.failure().unwrap_or("the constraint failed").to_string();
-            self.sink.finish(Err(EngineError::internal(why)));
+            let e = match &self.req.plan.grammar {
+                Some((_, field)) if is_limit(&why) => {
+                    EngineError::invalid(field, format!("this constraint needs more work per token than the engine allows ({why})"))
+                }
+                _ => EngineError::internal(why),
+            };
+            self.sink.finish(Err(e));
             return None;
         }
         let result = self.result(stop, model_name, n_ctx, batch_invariant);

@@ -9,16 +9,14 @@ use serde_json::{json, Map, Value};
 
 use crate::core::error::{EngineError, Result};
 use crate::core::request::describe::{truncate, type_name};
+use crate::core::request::schema::check_schema;
+#[cfg(test)]
+use crate::core::request::schema::MAX_PROPERTIES;
 
 /// Most tools in one request.
 pub const MAX_TOOLS: usize = 128;
 /// Longest tool name (OpenAI's limit).
 pub const MAX_TOOL_NAME: usize = 64;
-/// Most bytes of one schema (tool parameters or a response format) as JSON.
-pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
-/// Most properties one object of a schema may list (llguidance's compile
-/// time grows with the square of optional properties).
-pub const MAX_PROPERTIES: usize = 512;
 /// Most bytes of `chat_template_kwargs` as JSON.
 const MAX_KWARGS_BYTES: usize = 64 * 1024;
 
@@ -320,40 +318,6 @@ fn parse_kwargs(v: &Value) -> Result<Map<String, Value>> {
         return Err(invalid("chat_template_kwargs.enable_thinking", format!("expected a boolean, got {}", type_name(v))));
     }
     Ok(obj.clone())
-}
-
-/// Bounds a schema before it is compiled: its size, and the properties of
-/// each of its objects.
-pub fn check_schema(schema: &Value, field: &str) -> Result<()> {
-    let bytes = schema.to_string().len();
-    if bytes > MAX_SCHEMA_BYTES {
-        return Err(invalid(field, format!("at most {MAX_SCHEMA_BYTES} bytes are allowed, got {bytes}")));
-    }
-    let mut stack = vec![(schema, String::new())];
-    while let Some((v, path)) = stack.pop() {
-        match v {
-            Value::Object(o) => {
-                if let Some(Value::Object(props)) = o.get("properties") {
-                    if props.len() > MAX_PROPERTIES {
-                        return Err(invalid(
-                            &format!("{field}{path}.properties"),
-                            format!("at most {MAX_PROPERTIES} properties are allowed, got {}", props.len()),
-                        ));
-                    }
-                }
-                for (k, child) in o {
-                    stack.push((child, format!("{path}.{k}")));
-                }
-            }
-            Value::Array(a) => {
-                for (i, child) in a.iter().enumerate() {
-                    stack.push((child, format!("{path}[{i}]")));
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// The schema of one call in JSON: `{ name_key: <name>, args_key: <parameters> }`

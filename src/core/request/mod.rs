@@ -12,6 +12,7 @@ pub mod gbnf;
 pub mod options;
 pub mod parse;
 pub mod prompt;
+pub mod schema;
 #[cfg(test)]
 mod tests;
 

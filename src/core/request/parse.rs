@@ -305,6 +305,7 @@ fn parse_json_schema(value: Option<&Value>) -> Result<Option<String>> {
     if nesting_exceeds(&schema, MAX_SCHEMA_DEPTH) {
         return Err(invalid(format!("nested more than {MAX_SCHEMA_DEPTH} levels deep")));
     }
+    super::schema::check_schema(&schema, JSON_SCHEMA.name)?;
     serde_json::to_string(&*schema).map(Some).map_err(|e| invalid(e.to_string()))
 }
 

@@ -49,6 +49,31 @@ pub fn json_layout() -> Value {
     serde_json::json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " })
 }
 
+/// llguidance's limits, ours where its defaults allow too much. Each is
+/// named in docs/guarantees.md.
+pub fn limits() -> ParserLimits {
+    ParserLimits {
+        // Lexer work to build a grammar's lexemes (~50k a millisecond):
+        // about 20 ms.
+        initial_lexer_fuel: 1_000_000,
+        // Lexer work and parser items for one token's mask (~14k and ~20k a
+        // millisecond): at most ~15 ms and ~2.5 ms a token. Past them the
+        // request ends with INVALID_REQUEST rather than hold the batch.
+        step_lexer_fuel: 200_000,
+        step_max_items: 50_000,
+        max_items_in_row: 2_000,
+        // Lexer states are built as tokens are matched and kept with the
+        // compiled grammar (1–2 kB each): at most ~100 MB, not llguidance's
+        // 250,000 (~500 MB).
+        max_lexer_states: 50_000,
+        // Symbols in the grammar's productions.
+        max_grammar_size: 200_000,
+        precompute_large_lexemes: true,
+        // Errors without the generated text in them.
+        verbose_errors: false,
+    }
+}
+
 /// Compiles grammars for one vocabulary. Built once per model (it walks the
 /// vocabulary); cheap to share.
 #[derive(Clone)]
@@ -63,7 +88,7 @@ impl Compiler {
             .map_err(|e| format!("llguidance: {e}"))?;
         // Nothing on stderr; errors without the generated text in them.
         factory.quiet();
-        *factory.limits_mut() = ParserLimits { verbose_errors: false, ..ParserLimits::default() };
+        *factory.limits_mut() = limits();
         let n_vocab = env.tok_trie().vocab_size();
         Ok(Compiler { factory: Arc::new(factory), n_vocab })
     }
@@ -135,6 +160,13 @@ fn children(schema: &Value) -> Vec<(String, &Value)> {
         }
     }
     out
+}
+
+/// Whether a constraint failed on one of [`limits`] (llguidance says so only
+/// in words: "Too many items (limit …)", "… max is …", lexer fuel or
+/// states) rather than on a bug: the request's field is then at fault.
+pub fn is_limit(why: &str) -> bool {
+    ["limit", "max is", "fuel", "states"].iter().any(|w| why.contains(w))
 }
 
 fn first_line(s: &str) -> String {
@@ -325,7 +357,7 @@ mod tests {
 
     /// Longest match over the fixture's words (special tokens excluded).
     fn longest_match(words: Vec<Vec<u8>>) -> Tokenize {
-        std::rc::Rc::new(move |mut bytes: &[u8]| {
+        std::sync::Arc::new(move |mut bytes: &[u8]| {
             let mut out = Vec::new();
             while !bytes.is_empty() {
                 let (id, w) = words

@@ -9,7 +9,8 @@
 //! grammar drafter drafts them all.
 
 /// The model's tokenizer: text bytes to token ids (no BOS, no special tokens).
-pub type Tokenize = std::rc::Rc<dyn Fn(&[u8]) -> Vec<i32>>;
+/// Shared and `Send`: a constraint is compiled on its own thread.
+pub type Tokenize = std::sync::Arc<dyn Fn(&[u8]) -> Vec<i32> + Send + Sync>;
 
 /// The tokens of forced bytes: special tokens as they are, text through
 /// `tokenize` cut at its last whole character, the last text token dropped

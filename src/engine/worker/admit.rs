@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
@@ -23,6 +24,7 @@ use crate::core::speculation::controller::DraftController;
 use crate::core::speculation::drafter::DrafterChain;
 use crate::core::speculation::grammar::GrammarDrafter;
 use crate::core::speculation::ngram::{NgramDrafter, NgramParams, CLASS_PRIORS, NGRAM_PRIOR};
+use crate::engine::compile::CompileThread;
 use crate::engine::draft_model::{DraftSettings, ModelDrafter};
 use crate::engine::model;
 use crate::engine::sampler::TokenSampler;
@@ -71,7 +73,13 @@ impl<'m> Worker<'m> {
             job.sink.finish(Ok(result));
             return;
         }
-        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request))).unwrap_or_else(|panic| Err(panic_error(&*panic)));
+        let mut job = match self.compile_first(job) {
+            Some(job) => job,
+            None => return,
+        };
+        let compiled = job.compiled.take();
+        let prepared =
+            catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, compiled))).unwrap_or_else(|panic| Err(panic_error(&*panic)));
         match prepared {
             Ok(prepared) => self.start(job, prepared),
             Err(e) => {
@@ -81,7 +89,38 @@ impl<'m> Worker<'m> {
         }
     }
 
-    fn prepare(&mut self, req: &CompletionRequest) -> Result<Prepared> {
+    /// A job whose constraint is neither compiled nor kept from an earlier
+    /// request goes to the compiling thread (it comes back to the front of
+    /// the queue with it); others go on. `None`: the job is on its way.
+    fn compile_first(&mut self, job: Job) -> Option<Job> {
+        let Some((grammar, field)) = &job.request.plan.grammar else { return Some(job) };
+        if job.compiled.is_some() || self.compiled.iter().any(|(g, _)| g == grammar) {
+            return Some(job);
+        }
+        let (grammar, field) = (grammar.clone(), *field);
+        if self.compile_thread.is_none() {
+            let env = llama_cpp_2::sampling::LlamaSampler::llguidance_tok_env(&self.models.target);
+            let started = Compiler::new(&env)
+                .map_err(EngineError::internal)
+                .and_then(|compiler| CompileThread::start(compiler, self.shared.clone(), locate_error));
+            match started {
+                Ok(t) => self.compile_thread = Some(t),
+                Err(e) => {
+                    self.shared.request_ended(job.id);
+                    job.sink.finish(Err(e));
+                    return None;
+                }
+            }
+        }
+        let thread = self.compile_thread.as_ref().expect("started above");
+        if let Err(job) = thread.submit(job, grammar, field) {
+            self.shared.request_ended(job.id);
+            job.sink.finish(Err(EngineError::internal("the compiling thread has stopped")));
+        }
+        None
+    }
+
+    fn prepare(&mut self, req: &CompletionRequest, compiled: Option<Result<(Grammar, Constraint)>>) -> Result<Prepared> {
         // Fault injection for the test suite: with LLAMA_ENGINE_FAULT_INJECTION=1
         // in the environment, the prompt "__llama_engine_panic__" panics here.
         if req.prompt == [PromptPart::Text(PANIC_PROMPT.into())] && std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1") {
@@ -89,7 +128,7 @@ impl<'m> Worker<'m> {
         }
         let grammar = grammar(req, &self.models.target)?;
         let constraint = match &req.plan.grammar {
-            Some((g, field)) => Some(Rc::new(RefCell::new(self.constraint(g, field, req)?))),
+            Some((g, _)) => Some(Rc::new(RefCell::new(self.constraint(g, compiled)?))),
             None => None,
         };
         let info = &self.models.info;
@@ -102,39 +141,35 @@ impl<'m> Worker<'m> {
         Ok(Prepared { sampler, kinds, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint })
     }
 
-    /// The request's constraint: compiled by llguidance for this model's
-    /// vocabulary (the compiler is built at the first one), or copied from
-    /// one compiled before. A grammar that does not compile is the request
-    /// field's error, with where in the schema when that can be found.
-    fn constraint(&mut self, grammar: &Grammar, field: &'static str, req: &CompletionRequest) -> Result<Constraint> {
+    /// The request's constraint: the one the compiling thread made for it
+    /// (kept for later requests with the same grammar), or a copy of one
+    /// kept, written in this model's canonical tokens where text is forced.
+    fn constraint(&mut self, grammar: &Grammar, compiled: Option<Result<(Grammar, Constraint)>>) -> Result<Constraint> {
         let model = self.models.target.clone();
         let tokenize: Tokenize =
-            Rc::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect());
-        self.compiled_constraint(grammar, field, req).map(|c| c.with_tokenizer(tokenize))
-    }
-
-    fn compiled_constraint(&mut self, grammar: &Grammar, field: &'static str, req: &CompletionRequest) -> Result<Constraint> {
-        if let Some(i) = self.compiled.iter().position(|(g, _)| g == grammar) {
-            let kept = self.compiled.remove(i);
-            let copy = kept.1.deep_clone();
-            self.compiled.push(kept);
-            return Ok(copy);
-        }
-        if self.compiler.is_none() {
-            let env = llama_cpp_2::sampling::LlamaSampler::llguidance_tok_env(&self.models.target);
-            self.compiler = Some(Compiler::new(&env).map_err(EngineError::internal)?);
-        }
-        let compiler = self.compiler.as_ref().expect("built above");
-        match compiler.compile(grammar) {
-            Ok(c) => {
+            Arc::new(move |bytes: &[u8]| model.vocab().tokenize(bytes, false, false).into_iter().map(|t| t.0).collect());
+        let c = match compiled {
+            Some(Ok((g, c))) => {
                 if self.compiled.len() >= COMPILED_KEPT {
                     self.compiled.remove(0);
                 }
-                self.compiled.push((grammar.clone(), c.deep_clone()));
-                Ok(c)
+                self.compiled.push((g, c.deep_clone()));
+                c
             }
-            Err(why) => Err(locate_error(compiler, field, req, why)),
-        }
+            Some(Err(e)) => return Err(e),
+            None => {
+                let i = self
+                    .compiled
+                    .iter()
+                    .position(|(g, _)| g == grammar)
+                    .ok_or_else(|| EngineError::internal("a constraint was not compiled"))?;
+                let kept = self.compiled.remove(i);
+                let copy = kept.1.deep_clone();
+                self.compiled.push(kept);
+                copy
+            }
+        };
+        Ok(c.with_tokenizer(tokenize))
     }
 
     fn start(&mut self, job: Job, p: Prepared) {
@@ -260,7 +295,8 @@ fn grammar(req: &CompletionRequest, model: &LlamaModel) -> Result<Option<String>
 
 /// The error of a constraint that does not compile, naming the field and,
 /// where it can be found, the tool and the place in its schema.
-fn locate_error(compiler: &Compiler, field: &str, req: &CompletionRequest, why: String) -> EngineError {
+fn locate_error(compiler: &Compiler, field: &str, job: &Job, why: String) -> EngineError {
+    let req = &job.request;
     let cannot = |at: String, why: &str| EngineError::invalid(&at, format!("cannot be compiled: {why}"));
     if field == "tools" {
         for (i, tool) in req.chat.tools.iter().enumerate() {

@@ -17,6 +17,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 
 use super::calibrate::{calibrate, calibration_tokens};
+use super::compile::CompileThread;
 use super::draft_model::DraftContext;
 use super::model::{self, EngineOptions, ModelInfo, Progress};
 use super::shared::{Published, Shared};
@@ -25,7 +26,7 @@ use crate::core::cache::prompt_cache::PromptCache;
 use crate::core::cache::session::fingerprint;
 use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::request::CompletionRequest;
-use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
+use crate::core::sampling::constraint::{Constraint, Grammar};
 use crate::core::speculation::cost::BatchCost;
 use crate::core::speculation::invariance::InvarianceCheck;
 use crate::core::text::events::{CompletionResult, SpeculativeStats};
@@ -89,8 +90,8 @@ pub struct Worker<'m> {
     /// The draft model's controllers, kept across requests by their settings.
     model_ctls: Vec<KeptController>,
     invariance: InvarianceCheck,
-    /// llguidance's compiler for this vocabulary (built at the first constraint).
-    compiler: Option<Compiler>,
+    /// The thread that compiles constraints (started at the first one).
+    compile_thread: Option<CompileThread>,
     /// Recently compiled constraints, newest last.
     compiled: Vec<(Grammar, Constraint)>,
     /// States of prompts that left their slot (`promptCacheMB`).
@@ -132,7 +133,7 @@ impl<'m> Worker<'m> {
             draft,
             model_ctls: Vec::new(),
             invariance: InvarianceCheck::default(),
-            compiler: None,
+            compile_thread: None,
             compiled: Vec::new(),
             prompt_cache: PromptCache::new(opts.prompt_cache_mb.saturating_mul(1 << 20)),
             clock: 0,
