@@ -6,6 +6,13 @@ export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_
 /** Every rejection and throw of the engine is an Error with one of these codes. */
 export interface LlamaEngineError extends Error {
   code: ErrorCode
+  /**
+   * For `INVALID_REQUEST`: the request field at fault, as data (e.g.
+   * `"top_p"`, `"tools[0].function.parameters.properties.a"`,
+   * `"response_format.json_schema.schema.minItems"`). Absent for other codes
+   * and for errors that are not about one field.
+   */
+  field?: string
 }
 
 /** Every error code, as the addon lists them. */

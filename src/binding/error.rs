@@ -1,6 +1,7 @@
-//! Engine errors as JavaScript `Error`s: the message, and the stable `code`
-//! set on the object by N-API (`napi_create_error`), so JavaScript never
-//! parses a message. Used for thrown errors, rejected promises and the
+//! Engine errors as JavaScript `Error`s: the message, the stable `code`
+//! set on the object by N-API (`napi_create_error`), and for an
+//! `INVALID_REQUEST` the offending `field`, so JavaScript never parses a
+//! message. Used for thrown errors, rejected promises and the
 //! error a request's event callback receives.
 
 use napi::bindgen_prelude::*;
@@ -19,6 +20,13 @@ impl ToNapiValue for JsEngineError {
         let status = unsafe { sys::napi_create_error(env, code, message, &mut error) };
         if status != sys::Status::napi_ok {
             return Err(Error::new(Status::from(status), "cannot create an Error"));
+        }
+        if let Some(field) = val.0.field {
+            let value = unsafe { String::to_napi_value(env, field)? };
+            let status = unsafe { sys::napi_set_named_property(env, error, c"field".as_ptr(), value) };
+            if status != sys::Status::napi_ok {
+                return Err(Error::new(Status::from(status), "cannot set an Error's field"));
+            }
         }
         Ok(error)
     }

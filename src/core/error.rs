@@ -42,17 +42,22 @@ impl ErrorCode {
 pub struct EngineError {
     pub code: ErrorCode,
     pub message: String,
+    /// The request field at fault (`response_format.json_schema.schema`,
+    /// `tools[0].function.parameters.properties.a`), for an
+    /// `INVALID_REQUEST`: set on the JavaScript error as `field`, so that
+    /// callers (the server's `param`) never parse the message.
+    pub field: Option<String>,
 }
 
 impl EngineError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        EngineError { code, message: message.into() }
+        EngineError { code, message: message.into(), field: None }
     }
 
     /// A request field of the wrong type or out of range. The message starts
-    /// with the field's wire name so callers can tell which one.
+    /// with the field's wire name too, for people reading it.
     pub fn invalid(field: &str, why: impl fmt::Display) -> Self {
-        Self::new(ErrorCode::InvalidRequest, format!("{field}: {why}"))
+        EngineError { code: ErrorCode::InvalidRequest, message: format!("{field}: {why}"), field: Some(field.to_string()) }
     }
 
     pub fn internal(message: impl Into<String>) -> Self {

@@ -360,8 +360,7 @@ impl NgramCache {
     pub fn load(path: &Path) -> Result<NgramCache> {
         let file = File::open(path).map_err(|e| EngineError::invalid(FIELD, format!("cannot open {}: {e}", path.display())))?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
-        NgramCache::read_from(&mut reader)
-            .map_err(|e| EngineError { code: e.code, message: format!("{} (in {})", e.message, path.display()) })
+        NgramCache::read_from(&mut reader).map_err(|e| EngineError { message: format!("{} (in {})", e.message, path.display()), ..e })
     }
 }
 
