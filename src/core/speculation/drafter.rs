@@ -98,17 +98,15 @@ pub struct DrafterChain<'a> {
     /// The entry whose draft is being verified, with the classes and length
     /// of what it proposed.
     pending: Option<(usize, Vec<u8>, usize)>,
-    /// The entry that drafted in the last step, for `observe_step`, and
-    /// what its draft first cost once (a catch-up, not the step's price).
+    /// The entry that drafted in the last step, for `observe_step`.
     last: Option<usize>,
-    last_setup_ms: f64,
     /// Time spent drafting (ms).
     pub draft_ms: f64,
 }
 
 impl<'a> DrafterChain<'a> {
     pub fn new(n_min: usize) -> Self {
-        DrafterChain { entries: Vec::new(), n_min: n_min.max(1), pending: None, last: None, last_setup_ms: 0.0, draft_ms: 0.0 }
+        DrafterChain { entries: Vec::new(), n_min: n_min.max(1), pending: None, last: None, draft_ms: 0.0 }
     }
 
     pub fn push(&mut self, drafter: Box<dyn Drafter + 'a>, ctl: DraftController) {
@@ -131,7 +129,6 @@ impl<'a> DrafterChain<'a> {
     /// the step's joint trim); cut it with [`trim`](Self::trim).
     pub fn propose(&mut self, history: &[i32], position: usize, available: usize, prices: &DraftPrices) -> Option<Draft> {
         self.last = None;
-        self.last_setup_ms = 0.0;
         if available == 0 {
             return None;
         }
@@ -153,12 +150,10 @@ impl<'a> DrafterChain<'a> {
                 d
             } else {
                 let price = prices.made.as_ref();
-                let setup = e.drafter.setup_ms(history);
-                let k = e.ctl.next_length_with_setup(price, available, setup);
+                let k = e.ctl.next_length_with_setup(price, available, e.drafter.setup_ms(history));
                 if k == 0 {
                     continue;
                 }
-                self.last_setup_ms = setup;
                 let drafted = e.drafter.draft(history, k, position);
                 self.draft_ms += start.elapsed().as_secs_f64() * 1000.0;
                 let Some(mut d) = drafted else { continue };
@@ -214,11 +209,9 @@ impl<'a> DrafterChain<'a> {
     /// The step this request just took produced `tokens` in `ms` of wall
     /// time: with the last proposal, or plainly.
     pub fn observe_step(&mut self, tokens: usize, ms: f64) {
-        // A catch-up is paid once: it is not what drafting steps cost.
-        let setup = std::mem::take(&mut self.last_setup_ms);
         for (i, e) in self.entries.iter_mut().enumerate() {
             match self.last {
-                Some(j) if j == i => e.ctl.observe_step(true, tokens, (ms - setup).max(ms * 0.1)),
+                Some(j) if j == i => e.ctl.observe_step(true, tokens, ms),
                 None => e.ctl.observe_step(false, tokens, ms),
                 _ => {}
             }
