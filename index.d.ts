@@ -178,7 +178,11 @@ export interface SpeculativeOptions {
   n_max?: number
   /** Drafts shorter than this are dropped (default 0). */
   n_min?: number
-  /** The draft model stops drafting below this confidence (default 0.75). */
+  /**
+   * The draft model stops drafting below this confidence (default 0.75).
+   * With `adaptive`, it stops where the acceptance measured for tokens of
+   * that confidence no longer pays, never above `p_min`.
+   */
   p_min?: number
   /** Tune the draft length from measured costs (default true). */
   adaptive?: boolean

@@ -6,6 +6,10 @@
 //   draft     speculative decoding with a draft model (Q2_K) on free-form
 //             prompts, per target (Q4_1, F16): off, fixed draft lengths,
 //             adaptive, draft trees (3 branches; fixed and adaptive), auto.
+//   pair      a draft that can pay on a CPU: the F32 target with the Q4_1
+//             file (the same weights) as its draft: off, auto, draft
+//             (adaptive) and the best fixed setting found by hand (3 tokens,
+//             p_min 0), per prompt, paired against off.
 //   ngram     prompt lookup on input-grounded prompts (and two free-form
 //             ones): ngram and auto against off, and the ceiling an oracle
 //             n-gram drafter would reach (examples/ngram_ceiling/).
@@ -57,7 +61,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../native-loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,ngram,structured,parallel,prefix,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -272,6 +276,58 @@ if (sections.has('draft')) {
   console.log(`(draft section: ${elapsed(since)}; auto runs on a fresh engine per request)`)
   results.draft = rows
   results.draft_costs = costs
+}
+
+// ---------------------------------------------------------------------------
+// pair: a draft that can pay on a CPU — the same weights, cheaper quant.
+
+const TARGET_F32 = join(models, 'SmolLM2-135M-Instruct.F32.gguf')
+const PAIR_MODES = [
+  { name: 'off', spec: { mode: 'off' } },
+  { name: 'auto', spec: { mode: 'auto' } },
+  { name: 'draft', spec: { mode: 'draft' } },
+  { name: 'draft fixed 3', spec: { mode: 'draft', adaptive: false, n_max: 3, p_min: 0 } },
+]
+
+if (sections.has('pair')) {
+  const since = Date.now()
+  console.log(`\n## pair: F32 target, Q4_1 draft (same weights), free-form prompts, greedy, ${N} tokens`)
+  const load = { modelPath: TARGET_F32, draftModelPath: TARGET, contextSize: CONTEXT, threads: THREADS }
+  const engine = await LlamaEngine.load(load)
+  const runs = FREE_PROMPTS.map(() => PAIR_MODES.map(() => []))
+  for (let r = 0; r < REPEATS; r++) {
+    for (const [i, input] of FREE_PROMPTS.entries()) {
+      for (const [m, mode] of PAIR_MODES.entries()) runs[i][m].push(await run(engine, { ...input }, mode.spec))
+    }
+  }
+  const st = engine.status()
+  await engine.dispose()
+  const rows = []
+  for (const [i] of FREE_PROMPTS.entries()) {
+    const off = summarize(runs[i][0])
+    off.content = runs[i][0][0].content
+    for (const [m, mode] of PAIR_MODES.entries()) {
+      const s = m === 0 ? off : summarize(runs[i][m], off)
+      rows.push({ prompt: i, mode: mode.name, ...s, content: undefined })
+    }
+  }
+  table(rows.map((r) => ({
+    prompt: r.prompt,
+    mode: r.mode,
+    'tok/s': fmt(r.tps),
+    paired: r.paired ? `${times(median(r.paired))} (${fmt(Math.min(...r.paired), 2)}–${fmt(Math.max(...r.paired), 2)})` : '-',
+    accept: pct(r.acceptance),
+    'drafted/run': fmt(r.drafted_per_run, 0),
+    'same text': r.same_text ? 'yes' : 'NO',
+  })), ['prompt', 'mode', 'tok/s', 'paired', 'accept', 'drafted/run', 'same text'])
+  const overall = PAIR_MODES.slice(1).map((mode) => {
+    const sel = rows.filter((r) => r.mode === mode.name)
+    return { mode: mode.name, 'median paired vs off': times(median(sel.map((r) => median(r.paired)))) }
+  })
+  console.log('')
+  table(overall, ['mode', 'median paired vs off'])
+  console.log(`(pair section: ${elapsed(since)}; costs now: t1..t4 ${st.batchCostMs.slice(1, 5).map((x) => fmt(x)).join('/')} ms, draft step ${fmt(st.draftStepMs)} ms)`)
+  results.pair = rows
 }
 
 // ---------------------------------------------------------------------------

@@ -170,6 +170,9 @@ const TASKS = [
   { name: GEMMA, cached: () => isCached(GEMMA), make: fetchGemma, verb: 'fetched' },
   ...['Q2_K', 'F16', 'Q4_0', 'Q8_0'].map((t) => made(SMOL, 'SmolLM2-135M-Instruct', t)),
   ...['Q2_K', 'Q5_K_M', 'Q6_K', 'Q8_0'].map((t) => made(GEMMA, 'gemma-3-270m', t)),
+  // The target of the draft pair that pays on a CPU (bench section `pair`):
+  // the same weights at full precision, drafted for by the Q4_1 file.
+  made('SmolLM2-135M-Instruct.F16.gguf', 'SmolLM2-135M-Instruct', 'F32'),
 ];
 
 fs.mkdirSync(PIP_CACHE, { recursive: true });

@@ -18,6 +18,9 @@ use crate::core::speculation::invariance::{InvarianceCheck, CHECK_SIZES};
 /// Rows of each of two sequences in the mixed-sequence check.
 const MIXED_ROWS: usize = 16;
 
+/// Batch sizes timed twice at load: those drafts are verified in.
+const RETIMED_MAX: usize = 16;
+
 /// Measures batch costs into `costs` and runs the self-check, in sequence 0
 /// (and 1, when the context has two or more). Leaves the cache empty.
 pub fn calibrate(
@@ -135,12 +138,29 @@ impl Calibration<'_, '_, '_> {
         for (i, &t) in rows.iter().enumerate() {
             self.add(t, base + i, 0, true)?;
         }
-        let ms = self.decode()?;
-        self.costs.observe(n, ms);
+        let mut ms = self.decode()?;
         if (0..n).all(|r| check.compare(n, r, &reference[r], self.ctx.get_logits_ith(r as i32))) {
             check.passed(n);
         }
-        self.clear_from(0, base)
+        self.clear_from(0, base)?;
+        if n <= RETIMED_MAX {
+            ms = ms.min(self.retime(rows, base)?);
+        }
+        self.costs.observe(n, ms);
+        Ok(())
+    }
+
+    /// The same batch decoded again, timed only: one measurement taken in a
+    /// busy moment would otherwise price drafts of that length out until the
+    /// engine runs that size again (the lower of two is kept).
+    fn retime(&mut self, rows: &[LlamaToken], base: usize) -> Result<f64> {
+        self.batch.clear();
+        for (i, &t) in rows.iter().enumerate() {
+            self.add(t, base + i, 0, true)?;
+        }
+        let ms = self.decode()?;
+        self.clear_from(0, base)?;
+        Ok(ms)
     }
 
     /// The same rows in sequences 0 and 1 of one batch (each after the same

@@ -17,6 +17,7 @@ use super::sampler::argmax;
 use crate::core::request::prompt::common_prefix;
 use crate::core::sampling::noise::PositionNoise;
 use crate::core::sampling::Dist;
+use crate::core::speculation::controller::confidence_class;
 use crate::core::speculation::drafter::{Draft, Drafter, SpareBranches};
 use crate::core::text::events::TokenSource;
 
@@ -198,11 +199,14 @@ pub struct ModelDrafter<'m> {
     seed: u64,
     /// The branches of the last tree that were not proposed.
     spares: SpareBranches,
+    /// The confidence below which the chain stops, as the controller
+    /// learnt it pays (at most `p_min`); `p_min` until it says.
+    floor: f32,
 }
 
 impl<'m> ModelDrafter<'m> {
     pub fn new(cx: Rc<RefCell<DraftContext<'m>>>, seq: usize, settings: DraftSettings, seed: u64) -> Self {
-        ModelDrafter { cx, seq, settings, seed, spares: SpareBranches::default() }
+        ModelDrafter { cx, seq, settings, seed, spares: SpareBranches::default(), floor: settings.p_min }
     }
 
     /// A chain of up to `n_max` tokens: the top candidate at each step
@@ -230,10 +234,11 @@ impl<'m> ModelDrafter<'m> {
                     let Some(x) = q.sample(&mut PositionNoise::new(self.seed, (position + i) as u64)) else { break };
                     (x, q.probs.iter().cloned().fold(0.0f32, f32::max))
                 };
-                if confidence < self.settings.p_min {
+                if confidence < self.floor.min(self.settings.p_min) {
                     break;
                 }
                 draft.tokens.push(token);
+                draft.classes.push(confidence_class(confidence));
                 if i + 1 == n_max || !cx.decode(self.seq, &[LlamaToken(token)]) {
                     break;
                 }
@@ -355,6 +360,10 @@ impl Drafter for ModelDrafter<'_> {
         } else {
             self.chain(history, n_max, position)
         }
+    }
+
+    fn set_floor(&mut self, floor: f32) {
+        self.floor = floor;
     }
 
     fn ms_per_token(&self) -> Option<f64> {

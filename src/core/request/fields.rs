@@ -199,7 +199,7 @@ pub const SPEC_P_MIN: Field = Field::new(
     "p_min",
     Kind::Float { min: 0.0, max: 1.0 },
     "0.75",
-    "the draft model stops drafting when its top candidate is less probable than this",
+    "the draft model stops drafting when its top candidate is less probable than this; with adaptive, where tokens that sure stop paying (learnt, never above this)",
 );
 pub const SPEC_ADAPTIVE: Field =
     Field::new("adaptive", Kind::Bool, "true", "choose the draft length each step from measured costs; false drafts up to n_max");

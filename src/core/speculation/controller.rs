@@ -25,9 +25,31 @@ const CLASS_WEIGHT: f64 = 4.0;
 /// Fading of the class records per decision.
 const CLASS_FORGET: f64 = 0.99;
 const PROBE_MIN: usize = 4;
-const PROBE_MAX: usize = 128;
-/// Steps a one-time setup cost (a draft model's catch-up) is amortised over.
-pub const SETUP_HORIZON: f64 = 16.0;
+const PROBE_MAX: usize = 32;
+/// Steps a one-time setup cost (a draft model's catch-up with a prompt) is
+/// amortised over: about a short answer's worth of drafting steps.
+pub const SETUP_HORIZON: f64 = 32.0;
+/// How optimistic the planned acceptance is while it is uncertain: the
+/// estimate plus this many standard errors of it (an upper confidence
+/// bound). A drafter never tried is priced as if it might be good, so it is
+/// tried; a few rejected drafts bring the bound down to what was measured.
+const OPTIMISM: f64 = 1.0;
+/// The bound never promises certainty.
+const MAX_RATE: f64 = 0.98;
+
+/// A draft model's token classes: how sure it was of the token (its
+/// probability), the lowest probability of each bucket. How sure the draft
+/// is predicts acceptance best (SpecDec++, AdaEDL); the controller learns
+/// the acceptance of each bucket and stops drafting below the first that
+/// pays.
+pub const CONFIDENCE_BUCKETS: [f32; 5] = [0.0, 0.3, 0.5, 0.7, 0.9];
+/// Acceptance assumed per bucket before any is measured.
+pub const CONFIDENCE_PRIORS: [f64; 5] = [0.3, 0.45, 0.6, 0.75, 0.9];
+
+/// The bucket of a drafted token of probability `p`.
+pub fn confidence_class(p: f32) -> u8 {
+    CONFIDENCE_BUCKETS.iter().rposition(|&b| p >= b).unwrap_or(0) as u8
+}
 
 /// Running estimate for one drafter.
 #[derive(Debug, Clone)]
@@ -50,6 +72,9 @@ pub struct DraftController {
     class_reached: Vec<f64>,
     class_accepted: Vec<f64>,
     class_prior: Vec<f64>,
+    /// When the classes are confidence buckets (a draft model's): the
+    /// lowest probability of each.
+    buckets: Vec<f32>,
     /// Steps since the last draft, and how many to wait before probing.
     idle: usize,
     probe_every: usize,
@@ -80,6 +105,7 @@ impl DraftController {
             class_reached: Vec::new(),
             class_accepted: Vec::new(),
             class_prior: Vec::new(),
+            buckets: Vec::new(),
             idle: 0,
             probe_every: PROBE_MIN,
             plain_ms_per_token: None,
@@ -112,6 +138,16 @@ impl DraftController {
         self
     }
 
+    /// Classes that are how sure the drafter was of each token:
+    /// `buckets[c]` is the lowest probability of class c, `priors[c]` the
+    /// acceptance assumed for it. The plan then also gives the confidence
+    /// below which drafting stops ([`confidence_floor`](Self::confidence_floor)).
+    pub fn with_confidence_classes(mut self, buckets: &[f32], priors: &[f64]) -> Self {
+        self = self.with_classes(priors);
+        self.buckets = buckets.to_vec();
+        self
+    }
+
     /// A draft whose tokens had these classes had its first `n_accepted`
     /// accepted. Tokens after the first rejection were never judged.
     pub fn observe_classes(&mut self, classes: &[u8], n_accepted: usize) {
@@ -140,6 +176,45 @@ impl DraftController {
             return self.prior;
         }
         ((self.class_accepted[c] + CLASS_WEIGHT * self.class_prior[c]) / (self.class_reached[c] + CLASS_WEIGHT)).clamp(0.0, 1.0)
+    }
+
+    /// For a drafter whose classes are confidence buckets (lower bounds in
+    /// `buckets`): the lowest confidence at which one more drafted token
+    /// pays — its class's acceptance (optimistic while unmeasured) times
+    /// what a token costs, against drafting it and verifying one more row.
+    /// `None` without classes or prices (or when not adaptive).
+    pub fn confidence_floor(&self, price: Option<&StepPrice>) -> Option<f32> {
+        let n = self.class_reached.len() / 2;
+        let buckets = &self.buckets;
+        let (Some(price), Some(cd)) = (price, self.draft_ms) else { return None };
+        if !self.adaptive || n == 0 || n != buckets.len() || price.max_k() == 0 {
+            return None;
+        }
+        let k = price.max_k().min(4);
+        let verify = price.extra_ms[k] / k as f64;
+        let cost = cd + verify;
+        for (c, &lower) in buckets.iter().enumerate() {
+            // The class of tokens after the first (most drafted tokens are).
+            let r = self.optimistic_class_rate(c as u8, false);
+            if r * price.ms_per_token() > cost {
+                return Some(lower);
+            }
+        }
+        Some(1.0)
+    }
+
+    /// [`class_rate`](Self::class_rate) raised as the plan's position rates
+    /// are for confidence classes (a draft model's), while unmeasured; the
+    /// n-gram classes keep their measured priors.
+    fn optimistic_class_rate(&self, c: u8, first: bool) -> f64 {
+        let r = self.class_rate(c, first);
+        let n = self.class_reached.len() / 2;
+        if self.buckets.is_empty() || c as usize >= n {
+            return r;
+        }
+        let i = c as usize + if first { 0 } else { n };
+        let seen = self.class_reached[i] + CLASS_WEIGHT;
+        (r + OPTIMISM * (r * (1.0 - r) / (seen + 1.0)).sqrt()).min(MAX_RATE.max(r))
     }
 
     /// A step finished: `tokens` produced in `ms`, with or without a draft
@@ -213,12 +288,34 @@ impl DraftController {
         out
     }
 
+    /// The acceptance the plan prices drafts at: each position's estimate
+    /// raised by [`OPTIMISM`] standard errors of it (a beta posterior's, with
+    /// the prior counted as [`PRIOR_WEIGHT`] observations), so that what has
+    /// not been measured is tried rather than assumed away. The bound falls
+    /// to the estimate as observations come in; with a drafter that cannot
+    /// pay even at full acceptance (`ceiling` below 1) nothing is tried.
+    fn optimistic_rates(&self, n: usize) -> Vec<f64> {
+        let means = self.rates(n);
+        means
+            .iter()
+            .enumerate()
+            .map(|(j, &m)| {
+                if !self.adaptive {
+                    return m;
+                }
+                let seen = self.reached[j] + PRIOR_WEIGHT;
+                (m + OPTIMISM * (m * (1.0 - m) / (seen + 1.0)).sqrt()).min(MAX_RATE.max(m))
+            })
+            .collect()
+    }
+
     /// Expected tokens produced by a step that drafts k: the accepted run
-    /// plus the one token the target always adds.
+    /// plus the one token the target always adds (at the optimistic rates
+    /// the plan uses).
     pub fn expected_tokens(&self, k: usize) -> f64 {
         let mut run = 1.0;
         let mut total = 1.0;
-        for rate in self.rates(k) {
+        for rate in self.optimistic_rates(k) {
             run *= rate;
             total += run;
         }
@@ -378,9 +475,9 @@ impl DraftController {
     /// `classes` (one per token) each token's chance is its class's.
     pub fn expected_curve(&self, len: usize, classes: &[u8]) -> Vec<f64> {
         let rates: Vec<f64> = if classes.len() >= len && !self.class_reached.is_empty() {
-            classes[..len].iter().enumerate().map(|(i, &c)| self.class_rate(c, i == 0)).collect()
+            classes[..len].iter().enumerate().map(|(i, &c)| self.optimistic_class_rate(c, i == 0)).collect()
         } else {
-            let mut r = self.rates(len);
+            let mut r = self.optimistic_rates(len);
             r.resize(len, 0.0);
             r
         };
@@ -414,6 +511,129 @@ mod tests {
     /// The price of a request alone, for every length the table knows.
     fn alone(c: &BatchCost) -> Option<StepPrice> {
         StepPrice::alone(c, c.max() - 1)
+    }
+
+    /// The F32 target and its Q4_1 draft as measured here: t1 27.4 ms …
+    fn pair_costs(scale: f64) -> BatchCost {
+        let mut c = BatchCost::new(17);
+        for (n, ms) in [(1, 27.4), (2, 36.0), (4, 48.1), (8, 64.1), (16, 104.5)] {
+            c.observe(n, ms * scale);
+        }
+        c
+    }
+
+    /// A deterministic stream of uniform numbers in [0, 1).
+    fn uniform(seed: &mut u64) -> f64 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (*seed >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Runs `steps` steps of a draft model (9.6 ms a token, a 300 ms catch-up
+    /// with the prompt before its first draft) whose tokens the target
+    /// accepts with probability `p` each; returns the steps that drafted.
+    fn stream(c: &mut DraftController, costs: &BatchCost, p: f64, steps: usize, seed: &mut u64, caught_up: &mut bool) -> usize {
+        let mut drafted = 0;
+        for _ in 0..steps {
+            let setup = if *caught_up { 0.0 } else { 300.0 };
+            let k = c.next_length_with_setup(alone(costs).as_ref(), 8, setup);
+            if k == 0 {
+                continue;
+            }
+            *caught_up = true;
+            drafted += 1;
+            let n_accepted = (0..k).take_while(|_| uniform(seed) < p).count();
+            // What `DrafterChain::judged` tells the controller.
+            c.observe_acceptance(k, n_accepted);
+            if n_accepted == k {
+                c.reset_backoff();
+            }
+        }
+        drafted
+    }
+
+    #[test]
+    fn a_good_draft_model_is_tried_from_the_start_dropped_when_it_fails_and_taken_back() {
+        // A prior of 0.7 prices a 1-token draft at barely break-even, which
+        // (with the catch-up to pay first) once meant it was never tried.
+        let mut c = DraftController::new(8, true, 0.7);
+        c.observe_draft_cost(1, 9.6);
+        let costs = pair_costs(1.0);
+        let (mut seed, mut caught_up) = (7u64, false);
+        let first = stream(&mut c, &costs, 0.95, 100, &mut seed, &mut caught_up);
+        assert!(first >= 90, "drafted in {first} of 100 steps at 95 % acceptance");
+        assert!(c.plan(alone(&costs).as_ref(), None).0 >= 2, "drafts several tokens once it knows");
+        // The text changes: the draft model is mostly wrong now.
+        stream(&mut c, &costs, 0.1, 50, &mut seed, &mut caught_up);
+        let bad = stream(&mut c, &costs, 0.1, 100, &mut seed, &mut caught_up);
+        assert!(bad <= 12, "drafted in {bad} of 100 steps at 10 % acceptance (probes only)");
+        // And back: probes find out, and it drafts again.
+        let back = stream(&mut c, &costs, 0.95, 100, &mut seed, &mut caught_up);
+        let then = stream(&mut c, &costs, 0.95, 50, &mut seed, &mut caught_up);
+        assert!(back >= 10 && then >= 45, "drafted in {back} of 100 steps after the phase change, then {then} of 50");
+    }
+
+    #[test]
+    fn the_confidence_where_drafting_stops_is_learnt() {
+        let costs = pair_costs(1.0);
+        let price = alone(&costs);
+        let fresh = || {
+            let mut c = DraftController::new(8, true, 0.7).with_confidence_classes(&CONFIDENCE_BUCKETS, &CONFIDENCE_PRIORS);
+            c.observe_draft_cost(1, 9.6);
+            c
+        };
+        assert_eq!(confidence_class(0.1), 0);
+        assert_eq!(confidence_class(0.55), 2);
+        assert_eq!(confidence_class(0.95), 4);
+        // A same-weights draft: its unsure tokens are accepted all the same.
+        let mut same = fresh();
+        let start = same.confidence_floor(price.as_ref()).unwrap();
+        for _ in 0..40 {
+            same.observe_classes(&[4, 1, 0, 2], 4);
+        }
+        let low = same.confidence_floor(price.as_ref()).unwrap();
+        assert!(low <= 0.3 && low <= start, "floor {low} (from {start})");
+        // A draft that is right only when sure: it stops early.
+        let mut unsure = fresh();
+        for _ in 0..40 {
+            unsure.observe_classes(&[4, 4, 1], 2);
+            unsure.observe_classes(&[4, 2, 0], 1);
+            unsure.observe_classes(&[3, 0], 1);
+        }
+        let high = unsure.confidence_floor(price.as_ref()).unwrap();
+        assert!(high >= 0.7, "floor {high}");
+        // Without confidence classes (n-grams) there is no floor.
+        assert!(DraftController::new(8, true, 0.7).confidence_floor(price.as_ref()).is_none());
+    }
+
+    #[test]
+    fn a_draft_that_cannot_pay_is_not_tried_however_optimistic() {
+        // The Q2_K draft (5.6 ms) for the Q4_1 target: loses even when always right.
+        let mut c = DraftController::new(8, true, 0.75);
+        c.observe_draft_cost(1, 5.6);
+        let (mut seed, mut caught_up) = (1u64, true);
+        assert_eq!(stream(&mut c, &cpu_costs(), 0.75, 200, &mut seed, &mut caught_up), 0);
+    }
+
+    #[test]
+    fn drifting_costs_move_the_choice() {
+        // Load measured on a busy moment (every size twice its cost) …
+        let mut costs = pair_costs(2.0);
+        let mut c = DraftController::new(8, true, 0.7);
+        c.observe_draft_cost(1, 9.6);
+        // … while the draft step cost was measured quiet: drafting looks better
+        // than it is. Plain steps then re-measure t1 at its real cost, and
+        // every size follows it, so the plan is the one of the real costs.
+        for _ in 0..60 {
+            costs.observe(1, 27.4);
+        }
+        let real = pair_costs(1.0);
+        for _ in 0..30 {
+            c.observe_acceptance(4, 4);
+        }
+        let drifted = c.plan(alone(&costs).as_ref(), None);
+        let truth = c.plan(alone(&real).as_ref(), None);
+        assert_eq!(drifted.0, truth.0);
+        assert!((drifted.1 - truth.1).abs() < 0.05, "{drifted:?} vs {truth:?}");
     }
 
     #[test]

@@ -16,14 +16,34 @@
 //! a whole extra micro-batch when they do not.
 
 /// The target's cost to decode a batch of n tokens, n = 1..=max.
+///
+/// Costs are re-measured by every step the engine runs, but a size it has
+/// not run lately (a draft length the controller stopped choosing) would
+/// keep the cost of whenever it ran last — one busy moment at load could
+/// price drafting out for the engine's life. So a size's cost is kept as
+/// its ratio to the cost of one token, measured when both were fresh, and
+/// follows the one-token cost, which plain decoding re-measures every step:
+/// the machine's drift moves every size together.
 #[derive(Debug, Clone)]
 pub struct BatchCost {
+    /// A batch of one (ms), running average.
+    t1: Option<f64>,
+    /// For n > 1: cost(n) / cost(1), running average; for a size measured
+    /// before any batch of one, its cost in ms.
+    ratio: Vec<Option<f64>>,
     ms: Vec<Option<f64>>,
+}
+
+/// Weight of a new measurement in the running averages.
+const NEW_WEIGHT: f64 = 0.2;
+
+fn average(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |o| o * (1.0 - NEW_WEIGHT) + new * NEW_WEIGHT)
 }
 
 impl BatchCost {
     pub fn new(max: usize) -> Self {
-        BatchCost { ms: vec![None; max + 1] }
+        BatchCost { t1: None, ratio: vec![None; max + 1], ms: vec![None; max + 1] }
     }
 
     pub fn max(&self) -> usize {
@@ -35,15 +55,26 @@ impl BatchCost {
         if n == 0 || n > self.max() || !ms.is_finite() || ms <= 0.0 {
             return;
         }
-        let slot = &mut self.ms[n];
-        *slot = Some(match *slot {
-            None => ms,
-            Some(old) => old * 0.8 + ms * 0.2,
-        });
+        if n == 1 {
+            self.t1 = Some(average(self.t1, ms));
+            return;
+        }
+        match self.t1 {
+            Some(t1) => self.ratio[n] = Some(average(self.ratio[n], ms / t1)),
+            None => self.ms[n] = Some(average(self.ms[n], ms)),
+        }
     }
 
+    /// The current cost of a batch of `n` (a size measured at some point,
+    /// moved with the one-token cost since).
     pub fn measured(&self, n: usize) -> Option<f64> {
-        self.ms.get(n).copied().flatten()
+        if n == 1 {
+            return self.t1;
+        }
+        match (self.t1, self.ratio.get(n).copied().flatten()) {
+            (Some(t1), Some(r)) => Some(t1 * r),
+            _ => self.ms.get(n).copied().flatten(),
+        }
     }
 
     /// Estimated cost of a batch of `n`: measured if we have it, otherwise
@@ -51,10 +82,10 @@ impl BatchCost {
     /// the last two), never decreasing with n.
     pub fn estimate(&self, n: usize) -> Option<f64> {
         let n = n.clamp(1, self.max());
-        if let Some(v) = self.ms[n] {
+        if let Some(v) = self.measured(n) {
             return Some(v);
         }
-        let known: Vec<(usize, f64)> = self.ms.iter().enumerate().filter_map(|(i, m)| m.map(|v| (i, v))).collect();
+        let known: Vec<(usize, f64)> = (1..=self.max()).filter_map(|i| self.measured(i).map(|v| (i, v))).collect();
         match known.len() {
             0 => None,
             1 => Some(known[0].1 * n as f64 / known[0].0 as f64),
@@ -279,6 +310,29 @@ mod tests {
         let t17 = c.estimate(17).unwrap();
         assert!(t17 >= 62.0);
         assert!(BatchCost::new(8).estimate(3).is_none());
+    }
+
+    #[test]
+    fn sizes_not_run_lately_follow_the_drift_of_one_token() {
+        // Measured at load on a busy moment: t1 20, t4 80 (ratio 4).
+        let mut c = BatchCost::new(16);
+        c.observe(1, 20.0);
+        c.observe(4, 80.0);
+        // Then only plain decoding runs, on a machine twice as fast.
+        for _ in 0..40 {
+            c.observe(1, 10.0);
+        }
+        let t4 = c.measured(4).unwrap();
+        assert!((t4 - 40.0).abs() < 0.5, "{t4}");
+        // A size run again corrects its ratio.
+        for _ in 0..40 {
+            c.observe(4, 25.0);
+        }
+        assert!((c.measured(4).unwrap() - 25.0).abs() < 0.5);
+        // Before any batch of one, sizes are kept as measured.
+        let mut d = BatchCost::new(8);
+        d.observe(3, 30.0);
+        assert_eq!(d.measured(3), Some(30.0));
     }
 
     #[test]

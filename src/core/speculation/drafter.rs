@@ -74,6 +74,10 @@ pub trait Drafter {
     }
     /// What drafting one token costs (ms), as measured so far.
     fn ms_per_token(&self) -> Option<f64>;
+    /// For a drafter whose tokens carry a confidence class: the confidence
+    /// below which drafting one more token no longer pays, as the
+    /// controller measured it.
+    fn set_floor(&mut self, _floor: f32) {}
     /// What drafting now would first cost once (ms): catching up with
     /// tokens the drafter has not seen, such as a new prompt.
     fn setup_ms(&self, _history: &[i32]) -> f64 {
@@ -98,15 +102,17 @@ pub struct DrafterChain<'a> {
     /// The entry whose draft is being verified, with the classes and length
     /// of what it proposed.
     pending: Option<(usize, Vec<u8>, usize)>,
-    /// The entry that drafted in the last step, for `observe_step`.
+    /// The entry that drafted in the last step, for `observe_step`, and
+    /// what its draft first cost once (a catch-up, not the step's price).
     last: Option<usize>,
+    last_setup_ms: f64,
     /// Time spent drafting (ms).
     pub draft_ms: f64,
 }
 
 impl<'a> DrafterChain<'a> {
     pub fn new(n_min: usize) -> Self {
-        DrafterChain { entries: Vec::new(), n_min: n_min.max(1), pending: None, last: None, draft_ms: 0.0 }
+        DrafterChain { entries: Vec::new(), n_min: n_min.max(1), pending: None, last: None, last_setup_ms: 0.0, draft_ms: 0.0 }
     }
 
     pub fn push(&mut self, drafter: Box<dyn Drafter + 'a>, ctl: DraftController) {
@@ -129,6 +135,7 @@ impl<'a> DrafterChain<'a> {
     /// the step's joint trim); cut it with [`trim`](Self::trim).
     pub fn propose(&mut self, history: &[i32], position: usize, available: usize, prices: &DraftPrices) -> Option<Draft> {
         self.last = None;
+        self.last_setup_ms = 0.0;
         if available == 0 {
             return None;
         }
@@ -150,10 +157,15 @@ impl<'a> DrafterChain<'a> {
                 d
             } else {
                 let price = prices.made.as_ref();
-                let k = e.ctl.next_length_with_setup(price, available, e.drafter.setup_ms(history));
+                let setup = e.drafter.setup_ms(history);
+                let k = e.ctl.next_length_with_setup(price, available, setup);
                 if k == 0 {
                     continue;
                 }
+                if let Some(floor) = e.ctl.confidence_floor(price) {
+                    e.drafter.set_floor(floor);
+                }
+                self.last_setup_ms = setup;
                 let drafted = e.drafter.draft(history, k, position);
                 self.draft_ms += start.elapsed().as_secs_f64() * 1000.0;
                 let Some(mut d) = drafted else { continue };
@@ -209,9 +221,11 @@ impl<'a> DrafterChain<'a> {
     /// The step this request just took produced `tokens` in `ms` of wall
     /// time: with the last proposal, or plainly.
     pub fn observe_step(&mut self, tokens: usize, ms: f64) {
+        // A catch-up is paid once: it is not what drafting steps cost.
+        let setup = std::mem::take(&mut self.last_setup_ms);
         for (i, e) in self.entries.iter_mut().enumerate() {
             match self.last {
-                Some(j) if j == i => e.ctl.observe_step(true, tokens, ms),
+                Some(j) if j == i => e.ctl.observe_step(true, tokens, (ms - setup).max(ms * 0.1)),
                 None => e.ctl.observe_step(false, tokens, ms),
                 _ => {}
             }

@@ -20,7 +20,7 @@ use crate::core::request::gbnf::check_gbnf;
 use crate::core::request::{prompt, CompletionRequest, PromptPart, SpecMode};
 use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
 use crate::core::sampling::forced::Tokenize;
-use crate::core::speculation::controller::DraftController;
+use crate::core::speculation::controller::{DraftController, CONFIDENCE_BUCKETS, CONFIDENCE_PRIORS};
 use crate::core::speculation::drafter::DrafterChain;
 use crate::core::speculation::grammar::GrammarDrafter;
 use crate::core::speculation::ngram::{NgramDrafter, NgramParams, CLASS_PRIORS, NGRAM_PRIOR};
@@ -239,7 +239,8 @@ impl<'m> Worker<'m> {
                     let key = (spec.n_max, spec.adaptive, greedy);
                     let ctl = match self.model_ctls.iter().position(|(k, _)| *k == key) {
                         Some(p) => self.model_ctls.swap_remove(p).1,
-                        None => DraftController::new(spec.n_max, spec.adaptive, MODEL_PRIOR),
+                        None => DraftController::new(spec.n_max, spec.adaptive, MODEL_PRIOR)
+                            .with_confidence_classes(&CONFIDENCE_BUCKETS, &CONFIDENCE_PRIORS),
                     };
                     let settings = DraftSettings {
                         temperature: req.sampling.temperature,
