@@ -376,12 +376,13 @@ function ending(result) {
 
 /** The output items of a finished result, in llama.cpp's order: reasoning, message, function calls. */
 function outputOf(result, names) {
-  const itemStatus = result.stopped_limit ? 'incomplete' : 'completed'
   const out = []
-  if (result.reasoning_content) out.push(reasoningItem(newId('rs'), result.reasoning_content, itemStatus))
+  if (result.reasoning_content) out.push(reasoningItem(newId('rs'), result.reasoning_content, 'completed'))
   const calls = result.tool_calls ?? []
-  if (result.content !== '' || calls.length === 0) out.push(messageItem(newId('msg'), result.content, itemStatus))
-  for (const call of calls) out.push(callItem(newId('fc'), call.id, call.function.name, call.function.arguments, itemStatus, names))
+  if (result.content !== '' || calls.length === 0) out.push(messageItem(newId('msg'), result.content, 'completed'))
+  for (const call of calls) out.push(callItem(newId('fc'), call.id, call.function.name, call.function.arguments, 'completed', names))
+  // The item the token limit cut is the last one, as in the stream.
+  if (result.stopped_limit) out[out.length - 1].status = 'incomplete'
   return out
 }
 
