@@ -1,10 +1,28 @@
 // Shared by the server tests: the package's server (llama-engine/server),
 // listened on a free port, closed; SSE bodies read.
+const vm = require('node:vm')
+const { pathToFileURL } = require('node:url')
 const server = require('../server')
 
 /** The server module (kept async for the tests written when it was an ES module example). */
 async function importServer() {
   return server
+}
+
+// Jest runs tests as CommonJS in a VM that cannot import() ES modules (the
+// examples) without --experimental-vm-modules; load them with Node's own
+// loader in the main context instead.
+async function importEsm(file) {
+  const url = pathToFileURL(file).href
+  try {
+    return await import(url)
+  } catch (e) {
+    if (!String(e.code).startsWith('ERR_VM_DYNAMIC_IMPORT')) throw e
+    const load = new vm.Script('(url) => import(url)', {
+      importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
+    }).runInThisContext()
+    return load(url)
+  }
 }
 
 function listen(s) {
@@ -47,4 +65,4 @@ function sseEvents(text) {
     })
 }
 
-module.exports = { importServer, listen, close, until, sseEvents }
+module.exports = { importServer, importEsm, listen, close, until, sseEvents }
