@@ -1,4 +1,4 @@
-// examples/server.mjs speaks the OpenAI API: driven here by the official
+// llama-engine/server speaks the OpenAI API: driven here by the official
 // `openai` npm client, as a user's code would.
 const OpenAI = require('openai')
 const { user, loadTarget } = require('./helpers')
@@ -13,7 +13,7 @@ let client
 beforeAll(async () => {
   ;({ createServer } = await importServer())
   engine = await loadTarget({ contextSize: 2048 })
-  server = createServer(engine)
+  server = createServer({ engine })
   client = new OpenAI({ baseURL: `${await listen(server)}/v1`, apiKey: 'unused', maxRetries: 0 })
 })
 afterAll(async () => {
@@ -147,7 +147,7 @@ describe('OpenAI API with the official client', () => {
   })
 
   test('--api-key: a request without the key gets 401, with it works', async () => {
-    const guarded = createServer(engine, { apiKey: 'sesame' })
+    const guarded = createServer({ engine, apiKey: 'sesame' })
     const base = `${await listen(guarded)}/v1`
     try {
       const wrong = new OpenAI({ baseURL: base, apiKey: 'nope', maxRetries: 0 })

@@ -1,16 +1,19 @@
-// Shared by server.test.js and openai.test.js: examples/server.mjs loaded,
-// listened on a free port, closed.
-const path = require('node:path')
+// Shared by the server tests: the package's server (llama-engine/server),
+// listened on a free port, closed; SSE bodies read.
 const vm = require('node:vm')
 const { pathToFileURL } = require('node:url')
+const server = require('../server')
 
-const SERVER = path.join(__dirname, '..', 'examples', 'server.mjs')
-
-// examples/server.mjs is an ES module. Jest runs tests as CommonJS in a VM
-// that cannot import() without --experimental-vm-modules; then load it with
-// Node's own loader in the main context instead.
+/** The server module (kept async for the tests written when it was an ES module example). */
 async function importServer() {
-  const url = pathToFileURL(SERVER).href
+  return server
+}
+
+// Jest runs tests as CommonJS in a VM that cannot import() ES modules (the
+// examples) without --experimental-vm-modules; load them with Node's own
+// loader in the main context instead.
+async function importEsm(file) {
+  const url = pathToFileURL(file).href
   try {
     return await import(url)
   } catch (e) {
@@ -22,13 +25,13 @@ async function importServer() {
   }
 }
 
-function listen(server) {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${server.address().port}`)))
+function listen(s) {
+  return new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${s.address().port}`)))
 }
 
-function close(server) {
-  const closed = new Promise((resolve) => server.close(resolve))
-  server.closeAllConnections()
+function close(s) {
+  const closed = new Promise((resolve) => s.close(resolve))
+  s.closeAllConnections()
   return closed
 }
 
@@ -42,4 +45,24 @@ async function until(predicate, ms) {
   return true
 }
 
-module.exports = { importServer, listen, close, until }
+/** The events of an SSE body: `{ event, data }`, data parsed when it is JSON. */
+function sseEvents(text) {
+  return text
+    .split('\n\n')
+    .filter((block) => block.trim() !== '')
+    .map((block) => {
+      const event = /^event: (.*)$/m.exec(block)?.[1] ?? null
+      const data = block
+        .split('\n')
+        .filter((l) => l.startsWith('data: '))
+        .map((l) => l.slice(6))
+        .join('\n')
+      let parsed = data
+      try {
+        parsed = JSON.parse(data)
+      } catch {}
+      return { event, data: parsed }
+    })
+}
+
+module.exports = { importServer, importEsm, listen, close, until, sseEvents }

@@ -23,7 +23,7 @@ let base
 beforeAll(async () => {
   ;({ createServer } = await importServer())
   engine = await loadTarget({ contextSize: 1024 })
-  server = createServer(engine)
+  server = createServer({ engine })
   base = await listen(server)
 })
 afterAll(async () => {
@@ -31,7 +31,7 @@ afterAll(async () => {
   if (engine) await engine.dispose()
 })
 
-describe('examples/server.mjs', () => {
+describe('llama-engine/server: the llama.cpp endpoints', () => {
   test('GET /health is ok', async () => {
     const res = await fetch(`${base}/health`)
     expect(res.status).toBe(200)
@@ -39,7 +39,7 @@ describe('examples/server.mjs', () => {
   })
 
   test('/health is 503 loading while the engine promise is pending', async () => {
-    const loading = createServer(new Promise(() => {}))
+    const loading = createServer({ engine: new Promise(() => {}) })
     const url = await listen(loading)
     try {
       const health = await fetch(`${url}/health`)

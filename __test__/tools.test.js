@@ -1,4 +1,4 @@
-// Tool calling, JSON answers and reasoning through examples/server.mjs, driven
+// Tool calling, JSON answers and reasoning through llama-engine/server, driven
 // by the official `openai` client as agent code would drive it: calls made,
 // streamed and assembled by the client's helpers, their arguments checked
 // against their schemas by a real JSON-schema validator (ajv), tool results
@@ -59,7 +59,7 @@ const servers = []
 async function serve(options = {}) {
   if (!createServer) ({ createServer } = await importServer())
   const engine = await loadTarget({ contextSize: 2048, ...options })
-  const server = createServer(engine)
+  const server = createServer({ engine })
   servers.push({ engine, server })
   return { engine, client: new OpenAI({ baseURL: `${await listen(server)}/v1`, apiKey: 'unused', maxRetries: 0 }) }
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
-// llama-engine command line: streams one completion to stdout, or holds a
-// conversation.
+// llama-engine command line: streams one completion to stdout, holds a
+// conversation, or serves the model over HTTP.
 //
 //   llama-engine --prompt "The capital of France is" --n_predict 16 --temperature 0
 //   echo "Summarise: ..." | llama-engine --chat --draft models/SmolLM2-135M-Instruct.Q2_K.gguf
 //   llama-engine --interactive --system "You are terse."
+//   llama-engine serve --model models/SmolLM2-135M-Instruct.Q4_1.gguf --port 8080
 //
 // Sampling flags carry the request field names (--top_k, --n_predict, ...);
 // speculative flags map to request.speculative. See --help.
@@ -77,6 +78,7 @@ function fieldHelp(flag, f) {
 }
 
 export const USAGE = `Usage: llama-engine [options] [--prompt TEXT]   (the prompt is read from stdin without --prompt)
+       llama-engine serve [options]             an HTTP server (see llama-engine serve --help)
 
 Models:
   -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
@@ -188,6 +190,25 @@ function joinNegativeNumbers(argv) {
   return out
 }
 
+/** The engine's load options from the model flags both commands share. */
+function loadOptions(v, env) {
+  const modelsDir = env.LLAMA_ENGINE_MODELS_DIR || join(ROOT, 'models')
+  const load = { modelPath: v.model !== undefined ? resolve(v.model) : join(modelsDir, DEFAULT_MODEL) }
+  if (v.draft !== undefined) load.draftModelPath = resolve(v.draft)
+  if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
+  if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
+  if (v.parallel !== undefined) load.parallel = number('parallel', v.parallel, 'int')
+  if (v['tool-call-format'] !== undefined) load.toolCallFormat = v['tool-call-format']
+  if (v['chat-template'] !== undefined) {
+    try {
+      load.chatTemplate = readFileSync(v['chat-template'], 'utf8')
+    } catch (e) {
+      throw new UsageError(`--chat-template: cannot read ${v['chat-template']} (${e.code || e.message})`)
+    }
+  }
+  return load
+}
+
 /** Parses the command line into { help, json, color, chat, prompt, load, request }. Throws UsageError. */
 export function parseCli(argv, env = process.env) {
   let parsed
@@ -219,19 +240,7 @@ export function parseCli(argv, env = process.env) {
     throw new UsageError('--tools and --tool_choice go with a chat: add --chat (or --system, --interactive)')
   }
 
-  const modelsDir = env.LLAMA_ENGINE_MODELS_DIR || join(ROOT, 'models')
-  const load = { modelPath: v.model !== undefined ? resolve(v.model) : join(modelsDir, DEFAULT_MODEL) }
-  if (v.draft !== undefined) load.draftModelPath = resolve(v.draft)
-  if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
-  if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
-  if (v['tool-call-format'] !== undefined) load.toolCallFormat = v['tool-call-format']
-  if (v['chat-template'] !== undefined) {
-    try {
-      load.chatTemplate = readFileSync(v['chat-template'], 'utf8')
-    } catch (e) {
-      throw new UsageError(`--chat-template: cannot read ${v['chat-template']} (${e.code || e.message})`)
-    }
-  }
+  const load = loadOptions(v, env)
   if (v.interactive && (v.prompt !== undefined || v.json)) {
     throw new UsageError('--interactive reads its messages from the terminal: it takes no --prompt or --json')
   }
@@ -317,8 +326,152 @@ function progressBar(stream) {
 
 const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 }
 
+// `llama-engine serve`: the model flags of the main command, and the server's own.
+const SERVE_OPTIONS = {
+  model: OPTIONS.model,
+  draft: OPTIONS.draft,
+  'ctx-size': OPTIONS['ctx-size'],
+  threads: OPTIONS.threads,
+  parallel: { type: 'string' },
+  'chat-template': OPTIONS['chat-template'],
+  'tool-call-format': OPTIONS['tool-call-format'],
+  host: { type: 'string' },
+  port: { type: 'string' },
+  'api-key': { type: 'string' },
+  'max-queue': { type: 'string' },
+  cors: { type: 'string' },
+  'model-name': { type: 'string' },
+  'headers-timeout': { type: 'string' },
+  'request-timeout': { type: 'string' },
+  'shutdown-grace': { type: 'string' },
+  help: OPTIONS.help,
+}
+
+export const SERVE_USAGE = `Usage: llama-engine serve [options]
+
+An HTTP server over one model: OpenAI's Chat Completions, Completions,
+Responses and embeddings APIs, Anthropic's Messages API, llama.cpp's
+endpoints, /health and Prometheus /metrics.
+
+Model:
+  -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
+                            or $LLAMA_ENGINE_MODELS_DIR/${DEFAULT_MODEL})
+      --draft PATH          draft model for speculative decoding
+  -c, --ctx-size N          context size per slot (default 4096)
+  -t, --threads N           threads (default: available parallelism)
+      --parallel N          requests decoded together (default 4)
+      --chat-template FILE  a Jinja chat template to use instead of the GGUF's
+      --tool-call-format F  auto | hermes | llama3 | mistral | generic
+
+Server:
+      --host ADDR           address to listen on (default 127.0.0.1)
+      --port N              port (default $PORT, else 8080; 0 picks a free one)
+      --api-key KEY         require the key (Authorization: Bearer KEY, or x-api-key: KEY)
+                            on every endpoint but /health (default $LLAMA_ENGINE_API_KEY)
+      --max-queue N         requests that may wait for a slot; more get 429 (default 64)
+      --cors ORIGIN         allow browsers from ORIGIN (a comma-separated list, or *)
+      --model-name NAME     the model's name in answers (default: the file's name)
+      --headers-timeout MS  drop a client whose headers are not in by then (default 10000)
+      --request-timeout MS  drop a client whose body is not in by then (default 60000)
+      --shutdown-grace MS   on SIGTERM/SIGINT, how long running requests may finish (default 10000)
+  -h, --help                this help
+
+SIGTERM or SIGINT: queued requests get 503, running ones finish (or are
+aborted after the grace period), the engine is disposed; exit code 143/130.
+`
+
+/** Parses `serve`'s flags into { help, load, listen: { host, port }, server }. Throws UsageError. */
+export function parseServe(argv, env = process.env) {
+  let v
+  try {
+    ;({ values: v } = parseArgs({ args: argv, options: SERVE_OPTIONS, strict: true, allowPositionals: false }))
+  } catch (e) {
+    const unknown = /^Unknown option '([^']*)'/.exec(e.message)
+    throw new UsageError(unknown ? `unknown option ${unknown[1]}` : e.message)
+  }
+  const nonNegative = (flag, text) => {
+    const n = number(flag, text, 'int')
+    if (n < 0) throw new UsageError(`--${flag}: expected a non-negative integer, got ${JSON.stringify(text)}`)
+    return n
+  }
+  const server = {}
+  const apiKey = v['api-key'] ?? env.LLAMA_ENGINE_API_KEY
+  if (apiKey) server.apiKey = apiKey
+  if (v['max-queue'] !== undefined) server.maxQueue = nonNegative('max-queue', v['max-queue'])
+  if (v.cors !== undefined) server.cors = v.cors
+  if (v['model-name'] !== undefined) server.modelName = v['model-name']
+  if (v['headers-timeout'] !== undefined) server.headersTimeoutMs = nonNegative('headers-timeout', v['headers-timeout'])
+  if (v['request-timeout'] !== undefined) server.requestTimeoutMs = nonNegative('request-timeout', v['request-timeout'])
+  if (v['shutdown-grace'] !== undefined) server.shutdownGraceMs = nonNegative('shutdown-grace', v['shutdown-grace'])
+  const port = nonNegative('port', v.port ?? env.PORT ?? '8080')
+  if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
+  return { help: Boolean(v.help), load: loadOptions(v, env), listen: { host: v.host ?? '127.0.0.1', port }, server }
+}
+
+/** `llama-engine serve`: listens at once (/health says "loading" meanwhile); resolves with the exit code. */
+async function serve(argv) {
+  const { stdout, stderr } = process
+  let cli
+  try {
+    cli = parseServe(argv)
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e
+    stderr.write(`llama-engine serve: ${e.message}\n\n${SERVE_USAGE}`)
+    return 2
+  }
+  if (cli.help) {
+    stdout.write(SERVE_USAGE)
+    return 0
+  }
+  const require = createRequire(import.meta.url)
+  const { LlamaEngine } = require('../index.js')
+  const { createServer } = require('../server/index.js')
+  const loading = LlamaEngine.load(cli.load)
+  loading.catch(() => {})
+  const server = createServer({ ...cli.server, engine: loading, signals: false })
+  const closed = new Promise((r) => server.on('close', r))
+  let signal = null
+  const onSignal = (name) => {
+    if (signal !== null) process.exit(SIGNAL_EXIT[name]) // a second one: now
+    signal = name
+    stderr.write(`${name}: shutting down (queued requests get 503, running ones may finish)\n`)
+    server.shutdown({ dispose: true }).then(() => stderr.write('stopped; engine disposed\n'))
+  }
+  const onSigint = () => onSignal('SIGINT')
+  const onSigterm = () => onSignal('SIGTERM')
+  process.on('SIGINT', onSigint)
+  process.on('SIGTERM', onSigterm)
+  try {
+    await new Promise((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(cli.listen.port, cli.listen.host, resolve)
+    })
+  } catch (e) {
+    stderr.write(`error: cannot listen on ${cli.listen.host}:${cli.listen.port} (${e.code || e.message})\n`)
+    await loading.then((engine) => engine.dispose()).catch(() => {})
+    return 1
+  }
+  const { address, port } = server.address()
+  const host = address.includes(':') ? `[${address}]` : address
+  stderr.write(`listening on http://${host}:${port}, loading ${cli.load.modelPath}\n`)
+  try {
+    await loading
+    stderr.write('model loaded\n')
+  } catch (e) {
+    stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+    await server.shutdown({ graceMs: 0 })
+    return 1
+  }
+  await closed
+  await server.shutdown({ dispose: true })
+  process.off('SIGINT', onSigint)
+  process.off('SIGTERM', onSigterm)
+  return signal ? SIGNAL_EXIT[signal] : 0
+}
+
 /** Runs the CLI; resolves with the exit code. */
 export async function main(argv = process.argv.slice(2)) {
+  if (argv[0] === 'serve') return serve(argv.slice(1))
   const { stdout, stderr } = process
   let cli
   try {

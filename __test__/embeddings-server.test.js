@@ -1,0 +1,112 @@
+// POST /v1/embeddings over engine.embed, driven by the clients RAG code
+// uses: the official openai client (which asks for base64 by default), the
+// AI SDK's embed/embedMany and LangChain's OpenAIEmbeddings.
+// Needs engine.embed(input, { normalize, truncate }) -> { embeddings: Float32Array[], tokens }.
+const OpenAI = require('openai')
+const { loadTarget } = require('./helpers')
+const { listen, close } = require('./server-helpers')
+const { createServer } = require('../server')
+
+const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+const SENTENCE = 'The cat sat on the mat.'
+const PARAPHRASE = 'A cat was sitting on the rug.'
+const UNRELATED = 'Quarterly revenue grew by eight percent.'
+
+const dot = (a, b) => a.reduce((s, x, i) => s + x * b[i], 0)
+const norm = (a) => Math.sqrt(dot(a, a))
+const cosine = (a, b) => dot(a, b) / (norm(a) * norm(b))
+
+let engine
+let server
+let base
+let client
+beforeAll(async () => {
+  engine = await loadTarget({ contextSize: 1024 })
+  server = createServer({ engine, signals: false })
+  base = await listen(server)
+  client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 })
+})
+afterAll(async () => {
+  if (server) await close(server)
+  if (engine) await engine.dispose()
+})
+
+const embedFloat = async (input, extra = {}) => {
+  const res = await fetch(`${base}/v1/embeddings`, { method: 'POST', body: JSON.stringify({ model: MODEL, input, encoding_format: 'float', ...extra }) })
+  return { status: res.status, body: await res.json() }
+}
+
+test("the official client (base64 by default) gets the engine's vectors, whole", async () => {
+  const direct = await engine.embed([SENTENCE, PARAPHRASE])
+  const res = await client.embeddings.create({ model: MODEL, input: [SENTENCE, PARAPHRASE] })
+  expect(res.object).toBe('list')
+  expect(res.model).toBe(MODEL)
+  expect(res.data.map((d) => d.index)).toEqual([0, 1])
+  // Decoded from base64 little-endian float32: full length (a float answer here would shrink to a quarter).
+  expect(res.data[0].embedding).toHaveLength(direct.embeddings[0].length)
+  expect(res.data[0].embedding).toEqual(Array.from(direct.embeddings[0]))
+  expect(res.data[1].embedding).toEqual(Array.from(direct.embeddings[1]))
+  expect(res.usage).toEqual({ prompt_tokens: direct.tokens, total_tokens: direct.tokens })
+
+  const float = await embedFloat([SENTENCE, PARAPHRASE])
+  expect(float.status).toBe(200)
+  expect(float.body.data[0].embedding).toEqual(res.data[0].embedding)
+})
+
+test('a sentence alone and in a batch: the same vector; cosine with itself 1, a paraphrase above an unrelated sentence', async () => {
+  const alone = (await client.embeddings.create({ model: MODEL, input: SENTENCE, encoding_format: 'float' })).data[0].embedding
+  const batch = (await client.embeddings.create({ model: MODEL, input: [UNRELATED, SENTENCE, PARAPHRASE], encoding_format: 'float' })).data
+  expect(batch[1].embedding).toEqual(alone)
+  expect(norm(alone)).toBeCloseTo(1, 5)
+  expect(cosine(alone, alone)).toBeCloseTo(1, 6)
+  expect(cosine(alone, batch[2].embedding)).toBeGreaterThan(cosine(alone, batch[0].embedding))
+})
+
+test('token-id input, dimensions (truncated and renormalised), and the 400s', async () => {
+  const tokens = engine.tokenize(SENTENCE)
+  const byTokens = await embedFloat([tokens])
+  expect(byTokens.status).toBe(200)
+  expect(byTokens.body.usage.prompt_tokens).toBe(tokens.length)
+
+  const full = (await embedFloat(SENTENCE)).body.data[0].embedding
+  const short = await embedFloat(SENTENCE, { dimensions: 64 })
+  const v = short.body.data[0].embedding
+  expect(v).toHaveLength(64)
+  expect(norm(v)).toBeCloseTo(1, 5)
+  const scale = norm(full.slice(0, 64))
+  v.forEach((x, i) => expect(x).toBeCloseTo(full[i] / scale, 5))
+
+  for (const [extra, input, param] of [
+    [{ dimensions: full.length + 1 }, SENTENCE, 'dimensions'],
+    [{ dimensions: 0 }, SENTENCE, 'dimensions'],
+    [{ encoding_format: 'int8' }, SENTENCE, 'encoding_format'],
+    [{}, '', 'input'],
+    [{}, [SENTENCE, ''], 'input[1]'],
+    [{}, [], 'input'],
+  ]) {
+    const res = await fetch(`${base}/v1/embeddings`, { method: 'POST', body: JSON.stringify({ model: MODEL, input, ...extra }) })
+    expect({ param, status: res.status }).toEqual({ param, status: 400 })
+    expect((await res.json()).error.param).toBe(param)
+  }
+})
+
+test("the AI SDK's embed and embedMany", async () => {
+  const { embed, embedMany } = require('ai')
+  const openai = require('@ai-sdk/openai').createOpenAI({ baseURL: `${base}/v1`, apiKey: 'unused' })
+  const model = openai.embedding(MODEL)
+  const one = await embed({ model, value: SENTENCE, maxRetries: 0 })
+  const many = await embedMany({ model, values: [SENTENCE, PARAPHRASE, UNRELATED], maxRetries: 0 })
+  expect(many.embeddings).toHaveLength(3)
+  expect(many.embeddings[0]).toEqual(one.embedding)
+  expect(one.usage.tokens).toBeGreaterThan(0)
+})
+
+test("LangChain's OpenAIEmbeddings", async () => {
+  const { OpenAIEmbeddings } = require('@langchain/openai')
+  const embeddings = new OpenAIEmbeddings({ model: MODEL, apiKey: 'unused', configuration: { baseURL: `${base}/v1` }, maxRetries: 0 })
+  const query = await embeddings.embedQuery(SENTENCE)
+  const docs = await embeddings.embedDocuments([PARAPHRASE, UNRELATED])
+  expect(docs).toHaveLength(2)
+  expect(query).toHaveLength(docs[0].length)
+  expect(cosine(query, docs[0])).toBeGreaterThan(cosine(query, docs[1]))
+})

@@ -1,0 +1,340 @@
+'use strict'
+// Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
+// The request becomes one chat request of the engine; the result and the
+// token events become Anthropic's message and its event stream, as
+// @anthropic-ai/sdk's MessageStream and Claude Code read them. Errors are
+// in Anthropic's shape (the dispatcher does that for this module's routes).
+
+const { randomBytes } = require('node:crypto')
+const { invalid, anthropicErrorBody } = require('./errors.js')
+const { passthrough } = require('./openai-chat.js')
+
+const PASSTHROUGH = passthrough(['prompt', 'messages', 'n_predict', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format', 'chat_template_kwargs'])
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v)
+const newId = (prefix) => `${prefix}_${randomBytes(12).toString('hex')}`
+
+/** One block's text; blocks a text-only model cannot read are refused (user turns) or named (tool results). */
+function blockText(block, here, images) {
+  if (!isObject(block)) throw invalid(here, 'expected a content block object')
+  if (block.type === 'text') {
+    if (typeof block.text !== 'string') throw invalid(`${here}.text`, 'expected a string')
+    return block.text
+  }
+  if (block.type === 'image' || block.type === 'document') {
+    if (images === 'refuse') throw invalid(`${here}.type`, `${block.type}: this server runs a text-only model`)
+    return `[${block.type}]`
+  }
+  throw invalid(`${here}.type`, `${JSON.stringify(block.type)} is not a content block this server reads here`)
+}
+
+/** A string, or text blocks joined by newlines. */
+function blocksText(content, at, { images = 'refuse' } = {}) {
+  if (typeof content === 'string') return content
+  if (!Array.isArray(content)) throw invalid(at, 'expected a string or an array of content blocks')
+  return content.map((block, j) => blockText(block, `${at}.${j}`, images)).join('\n')
+}
+
+/**
+ * `system` and `messages` -> chat messages, with where each came from (for
+ * naming the field of an engine error). A user message's tool_result blocks
+ * become tool messages, before the rest of its text.
+ */
+function messagesOf(body) {
+  const messages = []
+  const origins = []
+  const push = (message, origin) => {
+    messages.push(message)
+    origins.push(origin)
+  }
+  if (body.system != null) push({ role: 'system', content: blocksText(body.system, 'system') }, 'system')
+  if (!Array.isArray(body.messages)) throw invalid('messages', 'expected an array of { role, content } messages')
+  body.messages.forEach((m, i) => {
+    const at = `messages.${i}`
+    if (!isObject(m)) throw invalid(at, 'expected a { role, content } object')
+    if (m.role !== 'user' && m.role !== 'assistant') throw invalid(`${at}.role`, `expected "user" or "assistant", got ${JSON.stringify(m.role)}`)
+    if (typeof m.content === 'string') return push({ role: m.role, content: m.content }, at)
+    if (!Array.isArray(m.content)) throw invalid(`${at}.content`, 'expected a string or an array of content blocks')
+    if (m.role === 'user') {
+      const texts = []
+      m.content.forEach((block, j) => {
+        const here = `${at}.content.${j}`
+        if (block?.type === 'tool_result') {
+          if (typeof block.tool_use_id !== 'string') throw invalid(`${here}.tool_use_id`, 'expected a string')
+          const text = block.content == null ? '' : blocksText(block.content, `${here}.content`, { images: 'name' })
+          push({ role: 'tool', tool_call_id: block.tool_use_id, content: block.is_error === true ? `Error: ${text}` : text }, here)
+        } else {
+          texts.push(blockText(block, here, 'refuse'))
+        }
+      })
+      if (texts.length > 0) push({ role: 'user', content: texts.join('\n') }, `${at}.content`)
+      return
+    }
+    const message = { role: 'assistant', content: '' }
+    const texts = []
+    m.content.forEach((block, j) => {
+      const here = `${at}.content.${j}`
+      if (!isObject(block)) throw invalid(here, 'expected a content block object')
+      switch (block.type) {
+        case 'text':
+          texts.push(String(block.text ?? ''))
+          break
+        case 'thinking':
+          message.reasoning_content = (message.reasoning_content ?? '') + String(block.thinking ?? '')
+          break
+        case 'tool_use':
+          if (typeof block.id !== 'string' || typeof block.name !== 'string') throw invalid(here, 'tool_use: expected its id and name')
+          ;(message.tool_calls ??= []).push({ id: block.id, type: 'function', function: { name: block.name, arguments: JSON.stringify(block.input ?? {}) } })
+          break
+        default:
+          // redacted_thinking and the blocks of Anthropic's own server tools carry nothing a local model can use.
+          break
+      }
+    })
+    message.content = texts.join('\n')
+    push(message, at)
+  })
+  return { messages, origins }
+}
+
+/** Client tools -> the engine's functions; typed server tools (web_search_…, bash_…) are skipped. */
+function toolsOf(body) {
+  const tools = []
+  const origins = []
+  if (body.tools == null) return { tools, origins }
+  if (!Array.isArray(body.tools)) throw invalid('tools', 'expected an array of tools')
+  body.tools.forEach((t, i) => {
+    if (!isObject(t)) throw invalid(`tools.${i}`, 'expected a tool object')
+    if (t.type != null && t.type !== 'custom') return
+    if (typeof t.name !== 'string') throw invalid(`tools.${i}.name`, 'expected a string')
+    tools.push({ type: 'function', function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.input_schema ?? { type: 'object' } } })
+    origins.push(`tools.${i}`)
+  })
+  return { tools, origins }
+}
+
+function toolChoiceOf(choice) {
+  if (choice == null) return {}
+  if (!isObject(choice)) throw invalid('tool_choice', 'expected an object: { type: "auto" | "any" | "tool" | "none" }')
+  const parallel = choice.disable_parallel_tool_use === true ? { parallel_tool_calls: false } : {}
+  switch (choice.type) {
+    case 'auto':
+      return { tool_choice: 'auto', ...parallel }
+    case 'any':
+      return { tool_choice: 'required', ...parallel }
+    case 'none':
+      return { tool_choice: 'none' }
+    case 'tool':
+      if (typeof choice.name !== 'string') throw invalid('tool_choice.name', 'expected the name of a tool')
+      return { tool_choice: { type: 'function', function: { name: choice.name } }, ...parallel }
+    default:
+      throw invalid('tool_choice.type', `expected "auto", "any", "tool" or "none", got ${JSON.stringify(choice.type)}`)
+  }
+}
+
+/** The engine request of a Messages body (`count` for count_tokens: no max_tokens needed). */
+function toEngine(body, { count = false } = {}) {
+  const { messages, origins: messageOrigins } = messagesOf(body)
+  const { tools, origins: toolOrigins } = toolsOf(body)
+  const request = { messages }
+  for (const f of PASSTHROUGH) if (body[f] != null) request[f] = body[f]
+  if (!count) {
+    if (body.max_tokens == null) throw invalid('max_tokens', 'required')
+    if (!Number.isInteger(body.max_tokens) || body.max_tokens < 1) throw invalid('max_tokens', 'expected a positive integer')
+    request.n_predict = body.max_tokens
+  }
+  if (body.stop_sequences != null) {
+    if (!Array.isArray(body.stop_sequences) || !body.stop_sequences.every((s) => typeof s === 'string')) {
+      throw invalid('stop_sequences', 'expected an array of strings')
+    }
+    request.stop = body.stop_sequences
+  }
+  if (tools.length > 0) {
+    request.tools = tools
+    Object.assign(request, toolChoiceOf(body.tool_choice))
+  }
+  const kwargs = { ...(isObject(body.chat_template_kwargs) ? body.chat_template_kwargs : {}) }
+  if (isObject(body.thinking) && (body.thinking.type === 'enabled' || body.thinking.type === 'disabled')) {
+    kwargs.enable_thinking = body.thinking.type === 'enabled'
+  }
+  if (Object.keys(kwargs).length > 0) request.chat_template_kwargs = kwargs
+
+  const paramOf = (field) => {
+    if (field === 'n_predict') return 'max_tokens'
+    if (field === 'stop' || field.startsWith('stop[')) return 'stop_sequences' + field.slice(4).replace(/\[(\d+)\]/g, '.$1')
+    let m = /^messages\[(\d+)\](.*)$/.exec(field)
+    if (m && messageOrigins[m[1]]) return messageOrigins[m[1]]
+    m = /^tools\[(\d+)\](.*)$/.exec(field)
+    if (m && toolOrigins[m[1]]) return toolOrigins[m[1]] + m[2].replace(/^\.function\.parameters/, '.input_schema').replace(/^\.function/, '')
+    return field
+  }
+  return { request, paramOf }
+}
+
+/** Prompt tokens of a request: its messages rendered with the chat template (and tool preamble), tokenised. */
+function promptTokens(engine, request) {
+  const { messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs } = request
+  const fields = Object.fromEntries(Object.entries({ tools, tool_choice, parallel_tool_calls, chat_template_kwargs }).filter(([, v]) => v !== undefined))
+  return engine.tokenize(engine.applyChatTemplate(messages, fields), { special: true }).length
+}
+
+function stopOf(result, body) {
+  if (result.stopped_tool_calls) return { stop_reason: 'tool_use', stop_sequence: null }
+  if (result.stopped_limit) return { stop_reason: 'max_tokens', stop_sequence: null }
+  if (result.stopped_word && Array.isArray(body.stop_sequences) && body.stop_sequences.includes(result.stopping_word)) {
+    return { stop_reason: 'stop_sequence', stop_sequence: result.stopping_word }
+  }
+  return { stop_reason: 'end_turn', stop_sequence: null }
+}
+
+// Anthropic counts cache reads apart from input_tokens.
+const usageOf = (result) => ({
+  input_tokens: result.tokens_evaluated - result.tokens_cached,
+  output_tokens: result.tokens_predicted,
+  cache_read_input_tokens: result.tokens_cached,
+  cache_creation_input_tokens: 0,
+})
+
+function toolInput(args) {
+  try {
+    const value = JSON.parse(args)
+    return isObject(value) ? value : {}
+  } catch {
+    return {}
+  }
+}
+
+function contentOf(result) {
+  const content = []
+  if (result.reasoning_content) content.push({ type: 'thinking', thinking: result.reasoning_content, signature: '' })
+  if (result.content !== '') content.push({ type: 'text', text: result.content })
+  for (const call of result.tool_calls ?? []) content.push({ type: 'tool_use', id: call.id, name: call.function.name, input: toolInput(call.function.arguments) })
+  return content
+}
+
+/** The event stream of one message: blocks opened and closed in order, indices contiguous. */
+class MessageEvents {
+  #sse
+  #head
+  #inputTokens
+  #started = false
+  #index = -1
+  #open = null // 'thinking' | 'text' | 'tool_use'
+  #calls = new Map() // the engine's tool-call index -> block index
+
+  constructor(sse, head, inputTokens) {
+    this.#sse = sse
+    this.#head = head
+    this.#inputTokens = inputTokens
+  }
+
+  #emit(type, payload) {
+    this.#sse.send({ type, ...payload }, type)
+  }
+
+  #start() {
+    if (this.#started) return
+    this.#started = true
+    const message = {
+      ...this.#head,
+      type: 'message',
+      role: 'assistant',
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: { input_tokens: this.#inputTokens(), output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
+    }
+    this.#emit('message_start', { message })
+    this.#emit('ping', {})
+  }
+
+  #block(kind, contentBlock) {
+    this.#close()
+    this.#index++
+    this.#open = kind
+    this.#emit('content_block_start', { index: this.#index, content_block: contentBlock })
+    return this.#index
+  }
+
+  #close() {
+    if (this.#open === null) return
+    if (this.#open === 'thinking') this.#emit('content_block_delta', { index: this.#index, delta: { type: 'signature_delta', signature: '' } })
+    this.#emit('content_block_stop', { index: this.#index })
+    this.#open = null
+  }
+
+  token(event) {
+    this.#start()
+    if (event.reasoning) {
+      if (this.#open !== 'thinking') this.#block('thinking', { type: 'thinking', thinking: '', signature: '' })
+      this.#emit('content_block_delta', { index: this.#index, delta: { type: 'thinking_delta', thinking: event.reasoning } })
+    }
+    if (event.content) {
+      if (this.#open !== 'text') this.#block('text', { type: 'text', text: '' })
+      this.#emit('content_block_delta', { index: this.#index, delta: { type: 'text_delta', text: event.content } })
+    }
+    for (const d of event.tool_calls ?? []) {
+      let index = this.#calls.get(d.index)
+      if (index === undefined) {
+        index = this.#block('tool_use', { type: 'tool_use', id: d.id ?? newId('toolu'), name: d.name ?? '', input: {} })
+        this.#calls.set(d.index, index)
+      }
+      if (d.arguments) this.#emit('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: d.arguments } })
+    }
+  }
+
+  done(result, body) {
+    this.#start()
+    this.#close()
+    // The final counts: input_tokens and cache reads as measured, not as estimated at the start.
+    this.#emit('message_delta', { delta: stopOf(result, body), usage: usageOf(result) })
+    this.#emit('message_stop', {})
+  }
+
+  fail(e, body) {
+    this.#start()
+    this.#emit('error', { error: body(e).error })
+  }
+}
+
+async function messages(ctx) {
+  const body = await ctx.body()
+  const { request, paramOf } = toEngine(body)
+  ctx.paramOf = paramOf
+  const head = { id: newId('msg'), model: ctx.modelName() }
+  if (body.stream !== true) {
+    const result = await ctx.generate(request)
+    ctx.json(200, { ...head, type: 'message', role: 'assistant', content: contentOf(result), ...stopOf(result, body), usage: usageOf(result) })
+    return
+  }
+  const sse = ctx.sse()
+  const estimate = () => {
+    try {
+      return promptTokens(ctx.engine, request)
+    } catch {
+      return 0
+    }
+  }
+  const events = new MessageEvents(sse, head, estimate)
+  ctx.onStreamError = (e) => events.fail(e, anthropicErrorBody)
+  const result = await ctx.generate(request, (event) => {
+    if (event.type === 'token') events.token(event)
+  })
+  events.done(result, body)
+  sse.end()
+}
+
+async function countTokens(ctx) {
+  const body = await ctx.body()
+  const { request, paramOf } = toEngine(body, { count: true })
+  ctx.paramOf = paramOf
+  ctx.json(200, { input_tokens: promptTokens(ctx.engine, request) })
+}
+
+module.exports = {
+  routes: {
+    'POST /v1/messages': messages,
+    'POST /v1/messages/count_tokens': countTokens,
+  },
+  toEngine,
+}

@@ -1,0 +1,74 @@
+'use strict'
+// Errors as every endpoint answers them: one ApiError (an HTTP status, a
+// type, a stable code and the request field at fault), written in OpenAI's
+// shape or Anthropic's by the endpoint's protocol.
+
+const ANTHROPIC_TYPES = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  408: 'timeout_error',
+  413: 'request_too_large',
+  429: 'rate_limit_error',
+  503: 'overloaded_error',
+  529: 'overloaded_error',
+}
+
+class ApiError extends Error {
+  /**
+   * @param {number} status HTTP status
+   * @param {string} message what went wrong; for a request field, starts with its name
+   * @param {{ type?: string, code?: string, param?: string|null, headers?: object, close?: boolean }} [details]
+   *   `param`: the request field at fault (OpenAI's `param`); `headers`: sent with
+   *   the answer (Retry-After); `close`: drop the connection after answering
+   *   (a body that was not read to its end).
+   */
+  constructor(status, message, { type, code = 'INVALID_REQUEST', param = null, headers = {}, close = false } = {}) {
+    super(message)
+    this.status = status
+    this.type = type ?? (status < 500 ? 'invalid_request_error' : 'server_error')
+    this.code = code
+    this.param = param
+    this.headers = headers
+    this.close = close
+  }
+}
+
+/** A client's mistake in field `param`: 400, the message starting with the field. */
+const invalid = (param, message) => new ApiError(400, `${param}: ${message}`, { param })
+
+/**
+ * The ApiError for anything thrown while serving. The engine's errors carry
+ * their `code` and, for INVALID_REQUEST, the offending `field` as data;
+ * `paramOf` turns the engine's field name into the endpoint's own (the
+ * Responses API calls `response_format.json_schema.schema`
+ * `text.format.schema`). Without a field, `param` is null.
+ */
+function toApiError(err, paramOf = (field) => field) {
+  if (err instanceof ApiError) return err
+  const message = (err && err.message) || String(err)
+  const code = err && typeof err.code === 'string' ? err.code : 'INTERNAL'
+  if (code === 'INVALID_REQUEST') {
+    const field = typeof err.field === 'string' && err.field !== '' ? err.field : null
+    const param = field === null ? null : paramOf(field) ?? field
+    // The engine's message starts with its own name for the field: say the endpoint's.
+    const text = field !== null && param !== field && message.startsWith(`${field}:`) ? `${param}:${message.slice(field.length + 1)}` : message
+    return new ApiError(400, text, { param })
+  }
+  if (code === 'DISPOSED') return new ApiError(503, message, { code })
+  return new ApiError(500, message, { code })
+}
+
+/** `{ error: { message, type, param, code } }` */
+function openaiErrorBody(e) {
+  return { error: { message: e.message, type: e.type, param: e.param, code: e.code } }
+}
+
+/** `{ type: "error", error: { type, message } }`, the type from the status as Anthropic names it. */
+function anthropicErrorBody(e) {
+  const type = ANTHROPIC_TYPES[e.status] ?? (e.status < 500 ? 'invalid_request_error' : 'api_error')
+  return { type: 'error', error: { type, message: e.message } }
+}
+
+module.exports = { ApiError, invalid, toApiError, openaiErrorBody, anthropicErrorBody }

@@ -1,0 +1,267 @@
+'use strict'
+// The server's core, whatever carries the requests: routing, the API key,
+// CORS, readiness, the admission queue, metrics, errors in each protocol's
+// shape, and shutdown. createHandler and createFetchHandler (index.js) wrap
+// it for node:http and for fetch-style frameworks.
+
+const { performance } = require('node:perf_hooks')
+const { ApiError, toApiError, openaiErrorBody, anthropicErrorBody } = require('./errors.js')
+const { readJson, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
+const { AdmissionQueue } = require('./queue.js')
+const { Metrics } = require('./metrics.js')
+const chat = require('./openai-chat.js')
+const llama = require('./llama.js')
+const responses = require('./responses.js')
+const anthropic = require('./anthropic.js')
+const embeddings = require('./embeddings.js')
+
+const DEFAULTS = {
+  apiKey: undefined,
+  modelName: undefined,
+  maxQueue: 64,
+  cors: false,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  maxBodyBytes: 16 * 1024 * 1024,
+  shutdownGraceMs: 10_000,
+}
+
+/** The options with their defaults, checked. */
+function serverOptions(options = {}) {
+  if (options === null || typeof options !== 'object') throw new TypeError('options: expected an object')
+  const o = { ...DEFAULTS }
+  for (const [k, v] of Object.entries(options)) if (v !== undefined) o[k] = v
+  for (const name of ['maxQueue', 'headersTimeoutMs', 'requestTimeoutMs', 'maxBodyBytes', 'shutdownGraceMs']) {
+    if (!Number.isInteger(o[name]) || o[name] < 0) throw new TypeError(`${name}: expected a non-negative integer, got ${JSON.stringify(o[name])}`)
+  }
+  if (o.apiKey != null && (typeof o.apiKey !== 'string' || o.apiKey === '')) throw new TypeError('apiKey: expected a non-empty string')
+  return o
+}
+
+// Routes: "METHOD /path" -> { run(ctx), protocol } (the protocol shapes errors).
+const ROUTES = new Map()
+for (const [mod, protocol] of [
+  [chat, 'openai'],
+  [llama, 'openai'],
+  [responses, 'openai'],
+  [embeddings, 'openai'],
+  [anthropic, 'anthropic'],
+]) {
+  for (const [key, run] of Object.entries(mod.routes)) ROUTES.set(key, { run, protocol })
+}
+const PATHS = new Set([...ROUTES.keys()].map((k) => k.slice(k.indexOf(' ') + 1)).concat(['/health', '/metrics']))
+
+const sseHeaders = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' }
+
+/**
+ * The core over one engine (or a promise of one: until it resolves,
+ * /health says "loading" and the other endpoints answer 503).
+ */
+function createCore(engineOrPromise, options) {
+  const opts = serverOptions(options)
+  const keyDigest = opts.apiKey ? digest(opts.apiKey) : null
+  const limits = { maxBodyBytes: opts.maxBodyBytes, requestTimeoutMs: opts.requestTimeoutMs }
+  const metrics = new Metrics()
+  const started = Math.floor(Date.now() / 1000)
+  let engine = engineOrPromise && typeof engineOrPromise.then === 'function' ? null : engineOrPromise
+  let loadError = null
+  if (!engine) {
+    Promise.resolve(engineOrPromise).then(
+      (e) => (engine = e),
+      (e) => (loadError = e),
+    )
+  }
+  const queue = new AdmissionQueue({ concurrency: () => engine?.status().parallel || 1, maxQueue: opts.maxQueue })
+  const running = new Map() // AbortController -> the generation's promise
+  let closing = false
+  let shutdown = null
+
+  const modelName = () => opts.modelName ?? engine?.status().model ?? 'unknown'
+
+  /** Runs one engine request through the queue, with the client's signal, measured. */
+  async function generate(exchange, t0, request, onEvent) {
+    const release = await queue.acquire(exchange.signal)
+    const ac = new AbortController()
+    const signal = AbortSignal.any([exchange.signal, ac.signal])
+    let last = null
+    const promise = engine.complete(
+      request,
+      (event) => {
+        const n = event.type === 'token' ? event.tokens.length : 0
+        if (n > 0) {
+          const now = performance.now()
+          if (last === null) metrics.ttft.observe((now - t0) / 1000)
+          else metrics.perToken.observe((now - last) / 1000 / n, n)
+          last = now
+        }
+        if (onEvent) onEvent(event)
+      },
+      signal,
+    )
+    running.set(ac, promise)
+    try {
+      const result = await promise
+      metrics.generation(result)
+      if (ac.signal.aborted) {
+        throw new ApiError(503, 'the server shut down before this request finished', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
+      }
+      return result
+    } finally {
+      running.delete(ac)
+      release()
+    }
+  }
+
+  /** Runs an embedding request through the same queue. */
+  async function embed(exchange, input, embedOptions) {
+    if (typeof engine.embed !== 'function') {
+      throw new ApiError(501, 'embeddings: this version of the engine has no embed()', { code: 'NOT_SUPPORTED' })
+    }
+    const release = await queue.acquire(exchange.signal)
+    try {
+      const result = await engine.embed(input, embedOptions)
+      metrics.embeddingTokens += result.tokens ?? 0
+      return result
+    } finally {
+      release()
+    }
+  }
+
+  function health(exchange, cors) {
+    const send = (status, body) => exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors }, JSON.stringify(body))
+    if (loadError) return send(500, { status: 'error', error: openaiErrorBody(toApiError(loadError)).error })
+    if (!engine) return send(503, { status: 'loading' })
+    if (closing || engine.status().disposed) return send(503, { status: 'unavailable' })
+    return send(200, { status: 'ok' })
+  }
+
+  /** Serves one exchange. `next`, when given, gets what this server does not serve. */
+  async function handle(exchange, next) {
+    const t0 = performance.now()
+    const cors = corsHeaders(opts.cors, exchange)
+    const key = `${exchange.method} ${exchange.path}`
+    const route = ROUTES.get(key)
+    const known = PATHS.has(exchange.path)
+    let endpoint = known ? exchange.path : 'other'
+    let protocol = route?.protocol ?? (exchange.path.startsWith('/v1/messages') ? 'anthropic' : 'openai')
+    const ctx = {
+      engine: null,
+      started,
+      paramOf: undefined,
+      onStreamError: null,
+      modelName,
+      body: () => readJson(exchange),
+      json(status, body, headers = {}) {
+        exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors, ...headers }, JSON.stringify(body))
+      },
+      sse() {
+        // Headers wait for the first event, so a request the engine refuses
+        // before generating still gets its HTTP error.
+        const open = () => {
+          if (!exchange.headersSent) exchange.open(200, { ...sseHeaders, ...cors })
+        }
+        return {
+          send(data, event) {
+            open()
+            exchange.write(`${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
+          },
+          end() {
+            open()
+            exchange.end()
+          },
+        }
+      },
+      generate: (request, onEvent) => generate(exchange, t0, request, onEvent),
+      embed: (input, embedOptions) => embed(exchange, input, embedOptions),
+    }
+    let status = 200
+    try {
+      if (exchange.method === 'OPTIONS' && exchange.header('access-control-request-method')) {
+        const headers = preflightHeaders(opts.cors, exchange)
+        if (headers) {
+          endpoint = 'preflight'
+          status = 204
+          return exchange.send(204, headers, '')
+        }
+      }
+      if (!route && !(known && (key === 'GET /health' || key === 'GET /metrics'))) {
+        if (typeof next === 'function') {
+          endpoint = null // not ours: not counted
+          return next()
+        }
+        throw known
+          ? new ApiError(405, `${exchange.method} is not allowed on ${exchange.path}`, { code: 'METHOD_NOT_ALLOWED' })
+          : new ApiError(404, `no endpoint ${exchange.path}`, { code: 'NOT_FOUND', type: 'not_found_error' })
+      }
+      if (key === 'GET /health') return health(exchange, cors)
+      if (keyDigest && !authorized(exchange, keyDigest)) {
+        throw new ApiError(401, 'a valid API key is required: Authorization: Bearer <key>, or x-api-key: <key>', {
+          code: 'INVALID_API_KEY',
+          type: 'authentication_error',
+        })
+      }
+      if (key === 'GET /metrics') {
+        const text = metrics.render(engine && !engine.status().disposed ? engine.status() : null, queue)
+        return exchange.send(200, { 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', ...cors }, text)
+      }
+      if (loadError) throw loadError
+      if (!engine) throw new ApiError(503, 'the model is still loading', { code: 'LOADING', type: 'server_error' })
+      if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
+      ctx.engine = engine
+      await route.run(ctx)
+    } catch (err) {
+      const e = toApiError(err, ctx.paramOf)
+      status = e.status
+      if (e.status === 499 || exchange.finished) return // the client left: nobody to answer
+      if (exchange.headersSent) {
+        // Mid-stream: the status is already 200; the protocol says it as an event.
+        try {
+          ctx.onStreamError?.(e)
+        } finally {
+          exchange.end()
+        }
+        return
+      }
+      const body = protocol === 'anthropic' ? anthropicErrorBody(e) : openaiErrorBody(e)
+      const headers = { 'Content-Type': 'application/json; charset=utf-8', ...cors, ...e.headers }
+      // Clients retry 5xx, 408 and 429 on their own; a mistake in the request will not get better.
+      if (e.status < 500 && e.status !== 408 && e.status !== 429) headers['x-should-retry'] = 'false'
+      exchange.send(e.status, headers, JSON.stringify(body), { close: e.close })
+    } finally {
+      if (endpoint !== null) metrics.request(endpoint, status)
+    }
+  }
+
+  /**
+   * Stops serving: new requests and those waiting in the queue get 503;
+   * running generations may finish for `graceMs`, then are aborted (they
+   * end as a generation cut short does). Resolves when none runs.
+   */
+  function close({ graceMs = opts.shutdownGraceMs } = {}) {
+    if (shutdown) return shutdown
+    closing = true
+    queue.close()
+    shutdown = (async () => {
+      const settled = () => Promise.allSettled([...running.values()])
+      let timer
+      await Promise.race([settled(), new Promise((r) => (timer = setTimeout(r, graceMs)))])
+      clearTimeout(timer)
+      for (const ac of running.keys()) ac.abort()
+      await settled()
+    })()
+    return shutdown
+  }
+
+  return {
+    handle,
+    close,
+    limits,
+    options: opts,
+    metrics,
+    get engine() {
+      return engine
+    },
+  }
+}
+
+module.exports = { createCore, serverOptions }

@@ -1,0 +1,271 @@
+'use strict'
+// HTTP plumbing shared by every endpoint: a request as the endpoints see it
+// (an "exchange"), made from node:http's (req, res) or from a Web Request;
+// the body read with a size limit and a deadline; the API key check; CORS.
+
+const { createHash, timingSafeEqual } = require('node:crypto')
+const { ApiError } = require('./errors.js')
+
+/**
+ * What an endpoint sees of a request and how it answers, whatever carried it:
+ *
+ *   method, path            the path without the query string
+ *   header(name)            a request header (lower-case name), or undefined
+ *   signal                  aborts when the client goes away
+ *   readBody()              the body as a Buffer (size limit, deadline)
+ *   send(status, headers, text)
+ *   open(status, headers)   starts a streamed answer; then write(text), end()
+ *   headersSent, finished
+ *
+ * @typedef {object} Exchange
+ */
+
+/** The body of a node:http request. */
+function readNodeBody(req, { maxBodyBytes, requestTimeoutMs }) {
+  // A framework's body parser may have read it already (Express's express.json()).
+  if (req.readableEnded && req.body !== undefined) {
+    const b = req.body
+    return Promise.resolve(Buffer.isBuffer(b) ? b : typeof b === 'string' ? Buffer.from(b) : { parsed: b })
+  }
+  return new Promise((resolve, reject) => {
+    const chunks = []
+    let size = 0
+    const finish = (fn, value) => {
+      clearTimeout(timer)
+      req.off('data', onData)
+      req.off('end', onEnd)
+      req.off('error', onError)
+      req.off('close', onClose)
+      fn(value)
+    }
+    const onData = (chunk) => {
+      size += chunk.length
+      if (size > maxBodyBytes) {
+        finish(reject, new ApiError(413, `body: larger than ${maxBodyBytes} bytes`, { code: 'BODY_TOO_LARGE', close: true }))
+        return
+      }
+      chunks.push(chunk)
+    }
+    const onEnd = () => finish(resolve, Buffer.concat(chunks))
+    const onError = (e) => finish(reject, new ApiError(400, `body: ${e.message}`, { close: true }))
+    const onClose = () => {
+      if (!req.readableEnded) finish(reject, new ApiError(400, 'body: the client closed the connection before sending all of it', { close: true }))
+    }
+    // The deadline is for reading the body, not for answering it: a client
+    // that sends half a body and stalls is dropped, a long generation is not.
+    const timer = setTimeout(() => {
+      finish(reject, new ApiError(408, `body: not received within ${requestTimeoutMs} ms`, { code: 'REQUEST_TIMEOUT', close: true }))
+    }, requestTimeoutMs)
+    req.on('data', onData)
+    req.on('end', onEnd)
+    req.on('error', onError)
+    req.on('close', onClose)
+  })
+}
+
+/** An Exchange over node:http's request and response. */
+function nodeExchange(req, res, limits) {
+  const ac = new AbortController()
+  // The response closed without having ended: the client went away.
+  res.on('close', () => {
+    if (!res.writableEnded) ac.abort()
+  })
+  const url = req.url || '/'
+  const q = url.indexOf('?')
+  return {
+    method: req.method,
+    path: q < 0 ? url : url.slice(0, q),
+    header(name) {
+      const v = req.headers[name]
+      return Array.isArray(v) ? v.join(', ') : v
+    },
+    signal: ac.signal,
+    readBody: () => readNodeBody(req, limits),
+    get headersSent() {
+      return res.headersSent
+    },
+    get finished() {
+      return res.writableEnded || res.destroyed
+    },
+    send(status, headers, text, { close = false } = {}) {
+      if (this.finished) return
+      if (close) headers = { ...headers, Connection: 'close' }
+      res.writeHead(status, { ...headers, 'Content-Length': Buffer.byteLength(text) })
+      res.end(text)
+      // The rest of an unread body would be parsed as the next request: drop the connection.
+      if (close) res.once('finish', () => req.socket?.destroy())
+    },
+    open(status, headers) {
+      if (this.finished) return
+      res.writeHead(status, headers)
+      res.flushHeaders()
+    },
+    write(text) {
+      if (!this.finished) res.write(text)
+    },
+    end() {
+      if (!res.writableEnded && !res.destroyed) res.end()
+    },
+  }
+}
+
+/** The body of a Web Request, read the same way. */
+async function readFetchBody(request, { maxBodyBytes, requestTimeoutMs }) {
+  if (!request.body) return Buffer.alloc(0)
+  const reader = request.body.getReader()
+  const chunks = []
+  let size = 0
+  let timer
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      reject(new ApiError(408, `body: not received within ${requestTimeoutMs} ms`, { code: 'REQUEST_TIMEOUT', close: true }))
+    }, requestTimeoutMs)
+  })
+  try {
+    for (;;) {
+      const { value, done } = await Promise.race([reader.read(), deadline])
+      if (done) break
+      size += value.byteLength
+      if (size > maxBodyBytes) throw new ApiError(413, `body: larger than ${maxBodyBytes} bytes`, { code: 'BODY_TOO_LARGE', close: true })
+      chunks.push(Buffer.from(value.buffer, value.byteOffset, value.byteLength))
+    }
+    return Buffer.concat(chunks)
+  } catch (e) {
+    reader.cancel().catch(() => {})
+    throw e instanceof ApiError ? e : new ApiError(400, `body: ${e.message}`)
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/**
+ * An Exchange over a Web Request; `response` resolves with the Response as
+ * soon as the endpoint answers or starts streaming.
+ */
+function fetchExchange(request, limits) {
+  const url = new URL(request.url)
+  const ac = new AbortController()
+  const abort = () => ac.abort()
+  if (request.signal) {
+    if (request.signal.aborted) abort()
+    else request.signal.addEventListener('abort', abort, { once: true })
+  }
+  const encoder = new TextEncoder()
+  let respond
+  const response = new Promise((resolve) => (respond = resolve))
+  let controller = null
+  let headersSent = false
+  let finished = false
+  const exchange = {
+    method: request.method,
+    path: url.pathname,
+    header: (name) => request.headers.get(name) ?? undefined,
+    signal: ac.signal,
+    readBody: () => readFetchBody(request, limits),
+    get headersSent() {
+      return headersSent
+    },
+    get finished() {
+      return finished
+    },
+    send(status, headers, text) {
+      if (headersSent) return
+      headersSent = finished = true
+      // 204 and 304 carry no body.
+      respond(new Response(status === 204 || status === 304 ? null : text, { status, headers }))
+    },
+    open(status, headers) {
+      if (headersSent) return
+      headersSent = true
+      const body = new ReadableStream({
+        start(c) {
+          controller = c
+        },
+        cancel() {
+          finished = true
+          abort()
+        },
+      })
+      respond(new Response(body, { status, headers }))
+    },
+    write(text) {
+      if (!finished && controller) controller.enqueue(encoder.encode(text))
+    },
+    end() {
+      if (finished) return
+      finished = true
+      if (controller) controller.close()
+      request.signal?.removeEventListener('abort', abort)
+    },
+  }
+  return { exchange, response }
+}
+
+/** The body parsed as a JSON object. */
+async function readJson(exchange) {
+  const body = await exchange.readBody()
+  if (body && body.parsed !== undefined) {
+    if (body.parsed === null || typeof body.parsed !== 'object' || Array.isArray(body.parsed)) {
+      throw new ApiError(400, 'body: expected a JSON object')
+    }
+    return body.parsed
+  }
+  let value
+  try {
+    value = JSON.parse(body.toString('utf8'))
+  } catch (e) {
+    throw new ApiError(400, `body: invalid JSON (${e.message})`)
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new ApiError(400, 'body: expected a JSON object')
+  return value
+}
+
+const digest = (text) => createHash('sha256').update(text).digest()
+
+/**
+ * Whether the request carries the key, as `Authorization: Bearer <key>`
+ * (OpenAI's clients, Anthropic's ANTHROPIC_AUTH_TOKEN) or `x-api-key: <key>`
+ * (Anthropic's ANTHROPIC_API_KEY). Compared in constant time: both sides
+ * are hashed first, so neither the key's content nor its length shows in
+ * the time taken.
+ */
+function authorized(exchange, keyDigest) {
+  const bearer = /^Bearer\s+(.+)$/i.exec(exchange.header('authorization') || '')?.[1]?.trim()
+  const given = [bearer, exchange.header('x-api-key')?.trim()]
+  let ok = false
+  for (const g of given) if (typeof g === 'string' && g !== '' && timingSafeEqual(digest(g), keyDigest)) ok = true
+  return ok
+}
+
+/**
+ * CORS headers for a request, from the `cors` option: true or "*" allows
+ * any origin, a string (or a comma-separated list) those origins; false or
+ * absent sends none.
+ */
+function corsHeaders(cors, exchange) {
+  if (!cors) return {}
+  const origin = exchange.header('origin')
+  const allowed = cors === true || cors === '*' ? ['*'] : String(cors).split(',').map((s) => s.trim())
+  let allow
+  if (allowed.includes('*')) allow = '*'
+  else if (origin && allowed.includes(origin)) allow = origin
+  else return {}
+  const headers = { 'Access-Control-Allow-Origin': allow, 'Access-Control-Expose-Headers': 'Retry-After' }
+  if (allow !== '*') headers.Vary = 'Origin'
+  return headers
+}
+
+/** The answer to a CORS preflight (OPTIONS with Access-Control-Request-Method). */
+function preflightHeaders(cors, exchange) {
+  const headers = corsHeaders(cors, exchange)
+  if (!headers['Access-Control-Allow-Origin']) return null
+  return {
+    ...headers,
+    'Access-Control-Allow-Methods': 'GET, POST, OPTIONS',
+    // Whatever the client asks for: the SDKs send their own x-stainless-* and anthropic-* headers.
+    'Access-Control-Allow-Headers': exchange.header('access-control-request-headers') || 'authorization, content-type, x-api-key',
+    'Access-Control-Max-Age': '86400',
+  }
+}
+
+module.exports = { nodeExchange, fetchExchange, readJson, authorized, digest, corsHeaders, preflightHeaders }

@@ -1,0 +1,95 @@
+// Types of llama-engine/server: an HTTP server over one LlamaEngine
+// (OpenAI Chat Completions, Completions, Responses and embeddings,
+// Anthropic Messages, llama.cpp's endpoints, Prometheus metrics).
+
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import type { EngineOptions, LlamaEngine } from '../index'
+
+export interface ServerOptions {
+  /**
+   * Required on every endpoint but /health (and CORS preflights), as
+   * `Authorization: Bearer <key>` or `x-api-key: <key>`; compared in
+   * constant time. Default: none (no key needed).
+   */
+  apiKey?: string
+  /** The model's name in answers and GET /v1/models. Default: the model file's name (`status().model`). */
+  modelName?: string
+  /**
+   * Requests that may wait for a slot; one more is answered 429 with
+   * `Retry-After`. Default 64.
+   */
+  maxQueue?: number
+  /**
+   * CORS: `true` or `"*"` allows any origin; a string (or comma-separated
+   * list) those origins. Preflight requests are answered. Default: off.
+   */
+  cors?: string | boolean
+  /** createServer: a connection whose request headers are not in by then is dropped (408). Default 10000. */
+  headersTimeoutMs?: number
+  /**
+   * A request whose body is not in by then is answered 408 and its
+   * connection dropped. It bounds reading the request, not generating the
+   * answer. Default 60000.
+   */
+  requestTimeoutMs?: number
+  /** Bodies larger than this are answered 413. Default 16 MiB. */
+  maxBodyBytes?: number
+  /** On shutdown, how long running requests may go on before they are aborted. Default 10000. */
+  shutdownGraceMs?: number
+}
+
+export interface CreateServerOptions extends ServerOptions {
+  /** The engine to serve, or a promise of it (until it resolves, /health says "loading" and the rest answers 503). */
+  engine?: LlamaEngine | Promise<LlamaEngine>
+  /** Instead of `engine`: the path of a GGUF model, loaded with `engineOptions`. The server then owns the engine and disposes of it when it closes. */
+  model?: string
+  engineOptions?: Omit<EngineOptions, 'modelPath'>
+  /**
+   * While listening, SIGTERM and SIGINT shut the server down gracefully
+   * (`shutdown()`), then end the process as the signal would have; a second
+   * signal ends it at once. Default true.
+   */
+  signals?: boolean
+}
+
+export interface ShutdownOptions {
+  /** How long running requests may go on before they are aborted. Default: `shutdownGraceMs`. */
+  graceMs?: number
+  /** Dispose of the engine afterwards. Default: when the server loaded it (`model`). */
+  dispose?: boolean
+}
+
+export interface LlamaEngineServer extends Server {
+  /**
+   * Stops accepting connections, answers queued requests 503, lets running
+   * ones finish for `graceMs`, aborts the rest, closes every connection,
+   * then disposes of the engine (see `dispose`).
+   */
+  shutdown(options?: ShutdownOptions): Promise<void>
+}
+
+export interface CloseOptions {
+  graceMs?: number
+}
+
+export type NodeHandler = ((req: IncomingMessage, res: ServerResponse, next?: (err?: unknown) => void) => void) & {
+  /** New and queued requests are answered 503; running ones may finish for `graceMs`, then are aborted. */
+  close(options?: CloseOptions): Promise<void>
+}
+
+export type FetchHandler = ((request: Request) => Promise<Response>) & {
+  close(options?: CloseOptions): Promise<void>
+}
+
+/** A node:http server, not yet listening, over one engine. */
+export declare function createServer(options: CreateServerOptions): LlamaEngineServer
+
+/**
+ * A handler for node:http's (req, res): mount it in Express
+ * (`app.use(handler)`), Connect, Fastify (`reply.hijack()`) or a plain
+ * server. With `next`, requests it does not serve go on to `next()`.
+ */
+export declare function createHandler(engine: LlamaEngine | Promise<LlamaEngine>, options?: ServerOptions): NodeHandler
+
+/** A Web-standard handler, `(Request) => Promise<Response>`: Hono, Next.js route handlers, Bun, Deno. */
+export declare function createFetchHandler(engine: LlamaEngine | Promise<LlamaEngine>, options?: ServerOptions): FetchHandler

@@ -1,0 +1,137 @@
+'use strict'
+// llama-engine/server: an HTTP server over one LlamaEngine that speaks
+// OpenAI's Chat Completions, Completions, Responses and embeddings APIs,
+// Anthropic's Messages API, llama.cpp's endpoints and Prometheus metrics.
+//
+//   createServer(options)              a node:http server (it can load the model itself)
+//   createHandler(engine, options)     (req, res, next?) for node:http, Express, Fastify, Connect
+//   createFetchHandler(engine, opts)   (Request) => Promise<Response> for Hono, Next.js, Bun, Deno
+
+const http = require('node:http')
+const { createCore } = require('./handler.js')
+const { nodeExchange, fetchExchange } = require('./http.js')
+
+function serve(core, exchange, next) {
+  core.handle(exchange, next).catch((e) => {
+    // handle() answers every error itself; this is a bug, said once, not a crash.
+    process.emitWarning(`llama-engine/server: ${e && e.stack ? e.stack : e}`)
+    exchange.end()
+  })
+}
+
+/**
+ * A handler for node:http's (req, res), mountable in Express
+ * (`app.use('/llm', handler)`), Connect, Fastify (`reply.hijack()`, then
+ * `handler(request.raw, reply.raw)`) or a plain server. With `next`, routes
+ * it does not serve go on to `next()`; without it they answer 404.
+ * `handler.close({ graceMs })` stops it as shutdown does (see createServer).
+ */
+function createHandler(engine, options = {}) {
+  if (!engine) throw new TypeError('createHandler(engine, options): engine is required')
+  const core = createCore(engine, options)
+  const handler = (req, res, next) => serve(core, nodeExchange(req, res, core.limits), next)
+  handler.close = core.close
+  return handler
+}
+
+/**
+ * A Web-standard handler: `(request: Request) => Promise<Response>`, for
+ * fetch-style frameworks (Hono: `app.all('/v1/*', (c) => handler(c.req.raw))`;
+ * Next.js route handlers: `export const POST = handler`). Streams are
+ * ReadableStreams; cancelling one aborts its generation.
+ */
+function createFetchHandler(engine, options = {}) {
+  if (!engine) throw new TypeError('createFetchHandler(engine, options): engine is required')
+  const core = createCore(engine, options)
+  const handler = (request) => {
+    const { exchange, response } = fetchExchange(request, core.limits)
+    serve(core, exchange)
+    return response
+  }
+  handler.close = core.close
+  return handler
+}
+
+const SIGNAL_NUMBERS = { SIGINT: 2, SIGTERM: 15 }
+
+/**
+ * A node:http server (not yet listening) over `options.engine` (a
+ * LlamaEngine, or a promise of one), or over the model at `options.model`,
+ * loaded with `options.engineOptions` (then the server owns the engine and
+ * disposes of it when it closes). Header and body-read deadlines are set on
+ * the server (`headersTimeoutMs`, `requestTimeoutMs`).
+ *
+ * `server.shutdown({ graceMs })`: stops accepting, answers queued requests
+ * 503, lets running ones finish for `graceMs` (`shutdownGraceMs`, 10 s),
+ * aborts the rest, closes every connection and disposes of the engine.
+ * While listening, SIGTERM and SIGINT run it (unless `signals: false`) and
+ * then end the process as the signal would have; a second signal ends it at once.
+ */
+function createServer(options = {}) {
+  if (options === null || typeof options !== 'object') throw new TypeError('createServer(options): expected an object')
+  const { engine, model, engineOptions, signals = true, ...serverOptions } = options
+  let owned = false
+  let engineOrPromise = engine
+  if (engine == null) {
+    if (typeof model !== 'string') throw new TypeError('createServer(options): options.engine or options.model (a path) is required')
+    const { LlamaEngine } = require('../index.js')
+    engineOrPromise = LlamaEngine.load({ ...engineOptions, modelPath: model })
+    engineOrPromise.catch(() => {}) // reported by /health and each request
+    owned = true
+  }
+  const core = createCore(engineOrPromise, serverOptions)
+  const { headersTimeoutMs, requestTimeoutMs } = core.options
+  const server = http.createServer(
+    {
+      // Node drops a connection whose headers (or whole request) are not in by
+      // then with 408; it checks every connectionsCheckingInterval ms.
+      headersTimeout: headersTimeoutMs && requestTimeoutMs ? Math.min(headersTimeoutMs, requestTimeoutMs) : headersTimeoutMs,
+      requestTimeout: requestTimeoutMs,
+      connectionsCheckingInterval: Math.max(100, Math.min(1000, headersTimeoutMs || 1000, requestTimeoutMs || 1000)),
+    },
+    (req, res) => serve(core, nodeExchange(req, res, core.limits)),
+  )
+
+  const disposeOwned = async () => {
+    if (!owned) return
+    owned = false
+    const e = await Promise.resolve(engineOrPromise).catch(() => null)
+    await e?.dispose().catch(() => {})
+  }
+  server.on('close', disposeOwned)
+
+  let stopping = null
+  server.shutdown = ({ graceMs, dispose = owned } = {}) => {
+    if (stopping) return stopping
+    stopping = (async () => {
+      server.close()
+      server.closeIdleConnections()
+      await core.close({ graceMs })
+      server.closeAllConnections()
+      if (dispose) {
+        owned = false
+        const e = await Promise.resolve(engineOrPromise).catch(() => null)
+        await e?.dispose().catch(() => {})
+      }
+    })()
+    return stopping
+  }
+
+  if (signals) {
+    const onSignal = (signal) => {
+      if (stopping) process.exit(128 + SIGNAL_NUMBERS[signal]) // a second signal: now
+      server.shutdown({ dispose: true }).finally(() => {
+        remove()
+        // As the signal would have: when nobody else listens for it, raise it again.
+        if (process.listenerCount(signal) === 0) process.kill(process.pid, signal)
+      })
+    }
+    const handlers = Object.keys(SIGNAL_NUMBERS).map((signal) => [signal, () => onSignal(signal)])
+    const remove = () => handlers.forEach(([signal, fn]) => process.off(signal, fn))
+    server.on('listening', () => handlers.forEach(([signal, fn]) => process.on(signal, fn)))
+    server.on('close', remove)
+  }
+  return server
+}
+
+module.exports = { createServer, createHandler, createFetchHandler }
