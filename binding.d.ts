@@ -15,6 +15,12 @@ export declare class NativeEngine {
    */
   submit(requestJson: string, onEvent: (event: string | Error) => void): number
   /**
+   * Checks and queues an `embed()` call (`{ input, normalize?, truncate? }`
+   * as JSON); its answer (`{ embeddings: base64[], tokens }`, each vector's
+   * little-endian f32 bytes) or its error arrives through `onEvent`.
+   */
+  embed(requestJson: string, onEvent: (event: string | Error) => void): void
+  /**
    * Renders a chat request's messages (JSON: `messages` and the fields that
    * reach the template, e.g. `tools`) with the engine's chat template.
    */

@@ -88,6 +88,33 @@ export interface EngineOptions {
    * 1024; 0 turns it off.
    */
   promptCacheMB?: number
+  /**
+   * How `embed()` turns an input's token vectors into one vector: `mean`
+   * (their average), `cls` (the first token's), `last` (the last token's).
+   * Default: the GGUF's `<arch>.pooling_type` when it names one of these,
+   * else `mean`.
+   */
+  pooling?: 'mean' | 'cls' | 'last'
+}
+
+/** What `embed()` takes besides its input. */
+export interface EmbedOptions {
+  /** Scale each vector to unit length (L2). Default true. */
+  normalize?: boolean
+  /**
+   * Cut an input longer than `contextSize` tokens to its first
+   * `contextSize` tokens. Default false: such an input rejects with
+   * `INVALID_REQUEST` naming it (`input[2]`) and the limit.
+   */
+  truncate?: boolean
+}
+
+/** What `embed()` resolves with. */
+export interface EmbedResult {
+  /** One vector per input, in input order (`status().embeddingSize` values each). */
+  embeddings: Float32Array[]
+  /** Input tokens, all inputs together. */
+  tokens: number
 }
 
 /** What a chat session is saved with: the conversation so far, or a prompt. */
@@ -346,6 +373,10 @@ export interface EngineStatus {
   batchSize?: number
   threads?: number
   vocabSize?: number
+  /** How `embed()` pools (`EngineOptions.pooling`, else the GGUF's, else `mean`). */
+  pooling?: 'mean' | 'cls' | 'last'
+  /** Values in one embedding. */
+  embeddingSize?: number
   /**
    * The load-time self-check: a run of tokens decoded one at a time and as
    * batches of 2, 4, 8, 16 and 33 rows gave bit-identical logits at every
@@ -433,6 +464,17 @@ export declare class LlamaEngine {
    * `INVALID_REQUEST`.
    */
   loadSession(path: string): Promise<LoadedSession>
+  /**
+   * Embeddings of a string, strings, token ids or arrays of token ids:
+   * computed on the engine thread in a context of their own, a chunk at a
+   * time between decoding steps (running requests keep streaming). Each
+   * input is computed alone, so its vector is the same, bit for bit,
+   * whatever is beside it. Text gets the model's BOS/EOS as
+   * `tokenize(text, { addBos: true })` adds them; token arrays are used as given. Empty inputs, ids outside
+   * the vocabulary and (without `truncate`) inputs over `contextSize`
+   * tokens reject with `INVALID_REQUEST` naming the input (`input[1]`).
+   */
+  embed(input: string | string[] | number[] | number[][], options?: EmbedOptions): Promise<EmbedResult>
   /** Frees models and contexts now, not at GC. */
   dispose(): Promise<void>
 }

@@ -36,6 +36,14 @@ function coded(e) {
 // JSON cannot carry NaN/Infinity (JSON.stringify turns them into null, which
 // would silently mean "default"); send them as strings so validation rejects
 // them by name.
+/** A vector from the engine: its little-endian f32 bytes, in base64. */
+function floats(base64) {
+  const bytes = Buffer.from(base64, 'base64')
+  const v = new Float32Array(bytes.length / 4)
+  new Uint8Array(v.buffer).set(bytes)
+  return v
+}
+
 function replacer(_key, value) {
   if (typeof value === 'number' && !Number.isFinite(value)) return String(value)
   if (typeof value === 'bigint') return value.toString()
@@ -260,6 +268,33 @@ class LlamaEngine {
       if (typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
       return (handle) => this.#native.loadSession(path, handle)
     })
+  }
+
+  /**
+   * Embeddings of a string, strings, token ids or arrays of token ids,
+   * computed on the engine thread beside running requests. Resolves with
+   * `{ embeddings: Float32Array[], tokens }`.
+   */
+  embed(input, options) {
+    return this.#sessionJob(() => {
+      if (options != null && (typeof options !== 'object' || Array.isArray(options))) {
+        throw engineError('INVALID_REQUEST', 'options: expected { normalize?, truncate? }')
+      }
+      const plain = (v) => (ArrayBuffer.isView(v) ? Array.from(v) : v)
+      const given = plain(input)
+      const request = {
+        input: Array.isArray(given) ? given.map(plain) : given,
+        normalize: options?.normalize,
+        truncate: options?.truncate,
+      }
+      let json
+      try {
+        json = JSON.stringify(request)
+      } catch (e) {
+        throw engineError('INVALID_REQUEST', `input: cannot be serialised (${e.message})`)
+      }
+      return (handle) => this.#native.embed(json, handle)
+    }).then(({ embeddings, tokens }) => ({ embeddings: embeddings.map(floats), tokens }))
   }
 
   #sessionJob(prepare) {

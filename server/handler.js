@@ -27,6 +27,20 @@ const DEFAULTS = {
 }
 
 /** The options with their defaults, checked. */
+/** `AbortSignal.any` (Node >= 20.3), or the same made by hand on Node 18. */
+function anySignal(signals) {
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals)
+  const ac = new AbortController()
+  for (const s of signals) {
+    if (s.aborted) {
+      ac.abort(s.reason)
+      break
+    }
+    s.addEventListener('abort', () => ac.abort(s.reason), { once: true })
+  }
+  return ac.signal
+}
+
 function serverOptions(options = {}) {
   if (options === null || typeof options !== 'object') throw new TypeError('options: expected an object')
   const o = { ...DEFAULTS }
@@ -82,7 +96,7 @@ function createCore(engineOrPromise, options) {
   async function generate(exchange, t0, request, onEvent) {
     const release = await queue.acquire(exchange.signal)
     const ac = new AbortController()
-    const signal = AbortSignal.any([exchange.signal, ac.signal])
+    const signal = anySignal([exchange.signal, ac.signal])
     let last = null
     const promise = engine.complete(
       request,
@@ -114,9 +128,6 @@ function createCore(engineOrPromise, options) {
 
   /** Runs an embedding request through the same queue. */
   async function embed(exchange, input, embedOptions) {
-    if (typeof engine.embed !== 'function') {
-      throw new ApiError(501, 'embeddings: this version of the engine has no embed()', { code: 'NOT_SUPPORTED' })
-    }
     const release = await queue.acquire(exchange.signal)
     try {
       const result = await engine.embed(input, embedOptions)

@@ -193,6 +193,25 @@ impl NativeEngine {
         Ok(id as f64)
     }
 
+    /// Checks and queues an `embed()` call (`{ input, normalize?, truncate? }`
+    /// as JSON); its answer (`{ embeddings: base64[], tokens }`, each vector's
+    /// little-endian f32 bytes) or its error arrives through `onEvent`.
+    #[napi(catch_unwind, ts_args_type = "requestJson: string, onEvent: (event: string | Error) => void")]
+    pub fn embed(&self, env: &Env, request_json: String, on_event: Function<'_, String, ()>) -> Result<()> {
+        let prepared = or_throw(
+            env,
+            if self.engine.is_closed() {
+                Err(EngineError::disposed())
+            } else {
+                parse_json(&request_json, "input").and_then(|v| self.engine.prepare_embed(&v))
+            },
+        )?;
+        let tsfn = JsEventSink::function(&on_event)?;
+        let (inputs, normalize) = prepared;
+        self.engine.submit_embed(inputs, normalize, Box::new(JsEventSink::new(tsfn)));
+        Ok(())
+    }
+
     /// Renders a chat request's messages (JSON: `messages` and the fields that
     /// reach the template, e.g. `tools`) with the engine's chat template.
     #[napi(catch_unwind)]
@@ -253,6 +272,8 @@ impl NativeEngine {
             "batchSize": info.n_batch,
             "threads": info.threads,
             "vocabSize": info.n_vocab,
+            "pooling": info.pooling.as_str(),
+            "embeddingSize": info.n_embd,
             "batchInvariant": info.batch_invariant,
             "batchInvariance": info.batch_invariance,
             "cpuBackend": crate::engine::ggml_setup::cpu_backend(),

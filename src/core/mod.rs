@@ -10,11 +10,13 @@
 //! - `speculation`: drafters, n-gram caches, pricing, the controller,
 //!   verification;
 //! - `text`: UTF-8 and stop strings, events and results;
+//! - `embed`: embedding requests checked, token vectors pooled;
 //! - `error`: the one error type and its stable codes;
 //! - `files`: atomic writes.
 
 pub mod cache;
 pub mod chat;
+pub mod embed;
 pub mod error;
 pub mod files;
 pub mod request;

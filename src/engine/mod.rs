@@ -8,6 +8,7 @@
 //! - `thread.rs`: the engine thread's life: load, admit, step, exit;
 //! - `chat.rs`: chat requests rendered and their output planned;
 //! - `compile.rs`: constraints compiled on a thread of their own;
+//! - `embed.rs`: `embed()` in a context of its own, between steps;
 //! - `session.rs`: `saveSession`/`loadSession` before the engine thread;
 //! - `kv.rs`: a slot's cells copied, saved and restored;
 //! - `worker/`: the engine thread's state and the phases of one step;
@@ -22,6 +23,7 @@ mod calibrate;
 pub mod chat;
 mod compile;
 pub mod draft_model;
+pub mod embed;
 pub mod ggml_setup;
 pub mod gpu;
 pub mod kv;
@@ -43,9 +45,11 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::core::cache::prompt_cache::CacheStats;
 use crate::core::chat::format::ChatFormat;
+use crate::core::embed::{parse_embed_request, EmbedInput};
 use crate::core::error::{EngineError, Result};
 use crate::core::request::CompletionRequest;
 use crate::core::speculation::ngram::NgramCache;
+use crate::core::text::events::EventSink;
 use chat::Chat;
 pub use model::{EngineOptions, ModelInfo, Progress};
 pub use shared::Job;
@@ -180,6 +184,32 @@ impl Engine {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// Checks an `embed()` call (`{ input, normalize?, truncate? }`) and
+    /// tokenizes its inputs, here on the caller's thread: a bad one throws
+    /// before anything is queued.
+    pub fn prepare_embed(&self, request: &serde_json::Value) -> Result<(Vec<Vec<LlamaToken>>, bool)> {
+        let request = parse_embed_request(request, self.info.n_vocab)?;
+        let model = self.model()?;
+        let mut tokens: Vec<Vec<i32>> = request
+            .inputs
+            .iter()
+            .map(|input| match input {
+                // BOS (and EOS) as the model adds them; text is not parsed for special tokens.
+                EmbedInput::Text(s) => model.vocab().tokenize(s.as_bytes(), true, false).into_iter().map(|t| t.0).collect(),
+                EmbedInput::Tokens(t) => t.clone(),
+            })
+            .collect();
+        request.fit(&mut tokens, self.info.n_ctx as usize)?;
+        Ok((tokens.into_iter().map(|t| t.into_iter().map(LlamaToken).collect()).collect(), request.normalize))
+    }
+
+    /// Queues a prepared `embed()` call; its answer goes to `sink`.
+    pub fn submit_embed(&self, inputs: Vec<Vec<LlamaToken>>, normalize: bool, sink: Box<dyn EventSink>) {
+        if let Err(job) = self.shared.submit_embed(embed::EmbedJob::new(inputs, normalize, sink)) {
+            job.fail(EngineError::disposed());
+        }
+    }
+
     pub fn next_job_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -223,8 +253,12 @@ impl Engine {
     /// with DISPOSED, and the models are freed when the thread exits.
     /// Returns the thread to join (off the JS thread).
     pub fn close(&self) -> Option<JoinHandle<()>> {
-        for job in self.shared.close() {
+        let (jobs, embeds) = self.shared.close();
+        for job in jobs {
             job.sink.finish(Err(EngineError::disposed()));
+        }
+        for job in embeds {
+            job.fail(EngineError::disposed());
         }
         self.model.write().unwrap_or_else(|p| p.into_inner()).take();
         self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()

@@ -13,6 +13,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::ggml_setup;
 use crate::core::chat::ChatTemplate;
+use crate::core::embed::Pooling;
 use crate::core::error::{EngineError, ErrorCode, Result};
 pub use crate::core::request::options::EngineOptions;
 
@@ -74,6 +75,13 @@ pub struct ModelInfo {
     /// No session file of this model and context is larger: a bound on what
     /// `loadSession` reads.
     pub session_bytes_max: u64,
+    /// How `embed()` pools: `pooling`, else the GGUF's, else mean.
+    pub pooling: Pooling,
+    /// Whether the model attends causally (decoders): its embeddings are then
+    /// computed in chunks; a bidirectional encoder needs an input in one pass.
+    pub causal: bool,
+    /// Width of an embedding.
+    pub n_embd: usize,
 }
 
 pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Result<Arc<LlamaModel>> {
@@ -201,7 +209,16 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         // K and V rows of at most 4 × n_embd f16 values, in at most two
         // caches per layer, plus the header and the tokens.
         session_bytes_max: (65 << 20) + u64::from(n_ctx) * (32 * u64::from(model.n_layer()) * model.n_embd().max(1) as u64 + 64),
+        pooling: opts.pooling.or_else(|| Pooling::from_gguf(arch_meta(model, "pooling_type").as_deref())).unwrap_or(Pooling::Mean),
+        causal: arch_meta(model, "attention.causal").is_none_or(|v| v.trim() != "false"),
+        n_embd: model.n_embd_out().max(0) as usize,
     }
+}
+
+/// A GGUF key of the model's architecture (`<general.architecture>.<key>`).
+fn arch_meta(model: &LlamaModel, key: &str) -> Option<String> {
+    let arch = model.meta_val_str("general.architecture").ok()?;
+    model.meta_val_str(&format!("{arch}.{key}")).ok()
 }
 
 fn file_name(path: &str) -> String {

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::embed::EmbedJob;
 use crate::core::cache::prompt_cache::CacheStats;
 use crate::core::cache::session::Session;
 use crate::core::error::EngineError;
@@ -67,6 +68,8 @@ pub struct Published {
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
+    /// `embed()` calls, computed a chunk at a time between steps.
+    embeds: VecDeque<EmbedJob>,
     /// Requests in a slot, with their cancel flags.
     running: HashMap<u64, Arc<AtomicBool>>,
     closed: bool,
@@ -165,7 +168,7 @@ impl Shared {
                 q.running.insert(job.id, job.cancel.clone());
                 return Some(job);
             }
-            if !wait {
+            if !wait || !q.embeds.is_empty() {
                 return None;
             }
             q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
@@ -177,16 +180,49 @@ impl Shared {
         lock(&self.queue).running.remove(&id);
     }
 
+    /// Queues an `embed()` call; gives it back when the engine is closed.
+    pub fn submit_embed(&self, job: EmbedJob) -> Result<(), Box<EmbedJob>> {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            return Err(Box::new(job));
+        }
+        q.embeds.push_back(job);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// The `embed()` call to work on next (not waiting).
+    pub fn next_embed(&self) -> Option<EmbedJob> {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            return None;
+        }
+        q.embeds.pop_front()
+    }
+
+    /// Puts an unfinished `embed()` call back at the front; gives it back
+    /// when the engine is closed.
+    pub fn resubmit_embed(&self, job: EmbedJob) -> Result<(), Box<EmbedJob>> {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            return Err(Box::new(job));
+        }
+        q.embeds.push_front(job);
+        Ok(())
+    }
+
     /// Closes the queue: running requests are flagged (they end within one
-    /// step); returns the queued jobs, for the caller to answer.
-    pub fn close(&self) -> Vec<Job> {
+    /// step); returns the queued jobs and `embed()` calls, for the caller
+    /// to answer.
+    pub fn close(&self) -> (Vec<Job>, Vec<EmbedJob>) {
         let queued = {
             let mut q = lock(&self.queue);
             q.closed = true;
             for cancel in q.running.values() {
                 cancel.store(true, Ordering::SeqCst);
             }
-            q.jobs.drain(..).collect()
+            (q.jobs.drain(..).collect(), q.embeds.drain(..).collect())
         };
         self.wake.notify_all();
         queued

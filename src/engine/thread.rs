@@ -102,6 +102,22 @@ fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, rea
                 worker.recover(&panic_error(&*panic));
             }
         }
+        // One chunk of the front embed() call per step, beside the slots.
+        if let Some(mut job) = shared.next_embed() {
+            match catch_unwind(AssertUnwindSafe(|| worker.embed_step(&mut job))) {
+                Ok(Ok(true)) => job.answer(),
+                Ok(Ok(false)) => {
+                    if let Err(job) = shared.resubmit_embed(job) {
+                        job.fail(EngineError::disposed());
+                    }
+                }
+                Ok(Err(e)) => job.fail(e),
+                Err(panic) => {
+                    worker.drop_embedder();
+                    job.fail(panic_error(&*panic));
+                }
+            }
+        }
         if worker.active() == 0 {
             if shared.is_closed() {
                 break;
@@ -129,7 +145,7 @@ static LIVE: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
 extern "C" fn stop_engines_at_exit() {
     let live: Vec<Arc<Shared>> = LIVE.lock().unwrap_or_else(|p| p.into_inner()).drain(..).filter_map(|w| w.upgrade()).collect();
     for shared in &live {
-        drop(shared.close()); // queued jobs: nobody is left to answer
+        drop(shared.close()); // queued jobs and embed calls: nobody is left to answer
     }
     for shared in &live {
         shared.wait_exited(Duration::from_secs(30));

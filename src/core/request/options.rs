@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use crate::core::chat::format::Family;
 use crate::core::chat::ChatTemplate;
+use crate::core::embed::Pooling;
 use crate::core::error::{EngineError, Result};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +29,8 @@ pub struct EngineOptions {
     pub parallel: usize,
     /// MiB of host memory for states of prompts that left their slot (0: off).
     pub prompt_cache_mb: usize,
+    /// How `embed()` pools token vectors; `None`: the GGUF's pooling, else mean.
+    pub pooling: Option<Pooling>,
 }
 
 /// The prompt cache's default size, MiB: tens of thousands of tokens of a
@@ -59,6 +62,7 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         tool_call_format: tool_call_format(obj)?,
         parallel: int(obj, "parallel", 1, MAX_PARALLEL as i64)?.map_or(DEFAULT_PARALLEL, |n| n as usize),
         prompt_cache_mb: int(obj, "promptCacheMB", 0, 1 << 24)?.map_or(DEFAULT_PROMPT_CACHE_MB, |n| n as usize),
+        pooling: pooling(obj)?,
     })
 }
 
@@ -93,6 +97,16 @@ fn tool_call_format(obj: &Map<String, Value>) -> Result<Option<Family>> {
             .map(Some)
             .ok_or_else(|| EngineError::invalid("toolCallFormat", format!("expected \"auto\", {}, got {s:?}", names()))),
         Some(_) => Err(EngineError::invalid("toolCallFormat", "expected a string")),
+    }
+}
+
+fn pooling(obj: &Map<String, Value>) -> Result<Option<Pooling>> {
+    match obj.get("pooling") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Pooling::parse(s)
+            .map(Some)
+            .ok_or_else(|| EngineError::invalid("pooling", format!("expected \"mean\", \"cls\" or \"last\", got {s:?}"))),
+        Some(_) => Err(EngineError::invalid("pooling", "expected a string")),
     }
 }
 
@@ -147,6 +161,8 @@ mod tests {
             (json!({ "modelPath": "m", "toolCallFormat": "xml" }), "toolCallFormat"),
             (json!({ "modelPath": "m", "promptCacheMB": -1 }), "promptCacheMB"),
             (json!({ "modelPath": "m", "promptCacheMB": 0.5 }), "promptCacheMB"),
+            (json!({ "modelPath": "m", "pooling": "rank" }), "pooling"),
+            (json!({ "modelPath": "m", "pooling": 1 }), "pooling"),
         ] {
             let e = parse_engine_options(&v).unwrap_err();
             assert!(e.message.starts_with(field), "{v}: {}", e.message);

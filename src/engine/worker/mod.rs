@@ -19,6 +19,7 @@ use llama_cpp_2::model::LlamaModel;
 use super::calibrate::{calibrate, calibration_tokens};
 use super::compile::CompileThread;
 use super::draft_model::DraftContext;
+use super::embed::{EmbedJob, Embedder};
 use super::model::{self, EngineOptions, ModelInfo, Progress};
 use super::shared::{Published, Shared};
 use super::slot::{KeptController, Slot, Stop};
@@ -100,6 +101,10 @@ pub struct Worker<'m> {
     clock: u64,
     n_ctx: usize,
     n_batch: usize,
+    /// The `embed()` context, made at the first call.
+    embedder: Option<Embedder<'m>>,
+    /// The load options, for the embedding context.
+    opts: EngineOptions,
 }
 
 impl<'m> Worker<'m> {
@@ -139,6 +144,8 @@ impl<'m> Worker<'m> {
             clock: 0,
             n_ctx: info.n_ctx as usize,
             n_batch,
+            embedder: None,
+            opts: opts.clone(),
         };
         worker.invariance =
             calibrate(&mut worker.ctx, &mut worker.batch, &models.target, worker.n_ctx, n_batch, parallel, &mut worker.costs);
@@ -146,6 +153,27 @@ impl<'m> Worker<'m> {
             d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
         }
         Ok(worker)
+    }
+
+    /// Computes the next chunk of an `embed()` call; true when it is done.
+    /// The embedding context is made at the first call, and made again
+    /// after a failure.
+    pub fn embed_step(&mut self, job: &mut EmbedJob) -> Result<bool> {
+        let models: &'m Models = self.models;
+        if self.embedder.is_none() {
+            self.embedder = Some(Embedder::new(&models.target, &self.opts, &models.info)?);
+        }
+        let Some(embedder) = self.embedder.as_mut() else { unreachable!() };
+        let done = embedder.step(job, &models.info);
+        if done.is_err() {
+            self.embedder = None;
+        }
+        done
+    }
+
+    /// Frees the embedding context (after a panic in it).
+    pub fn drop_embedder(&mut self) {
+        self.embedder = None;
     }
 
     pub fn invariance(&self) -> &InvarianceCheck {

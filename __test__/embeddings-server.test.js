@@ -1,9 +1,6 @@
-// PENDING: moved out of the test run (testMatch is *.test.js) until the engine has
-// embed() (issue 29 item 1); move it back to __test__/embeddings-server.test.js then.
 // POST /v1/embeddings over engine.embed, driven by the clients RAG code
 // uses: the official openai client (which asks for base64 by default), the
 // AI SDK's embed/embedMany and LangChain's OpenAIEmbeddings.
-// Needs engine.embed(input, { normalize, truncate }) -> { embeddings: Float32Array[], tokens }.
 const OpenAI = require('openai')
 const { loadTarget } = require('./helpers')
 const { listen, close } = require('./server-helpers')
