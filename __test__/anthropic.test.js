@@ -3,9 +3,7 @@
 // round trip (create and the stream helper), stop sequences, token counts,
 // errors in Anthropic's shape, both ways of sending the key.
 const Anthropic = require('@anthropic-ai/sdk')
-const { loadTarget } = require('./helpers')
-const { listen, close, sseEvents } = require('./server-helpers')
-const { createServer } = require('../server')
+const { startServer, stopServer, sseEvents } = require('./server-helpers')
 
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 const KEY = 'sesame'
@@ -23,15 +21,10 @@ let server
 let base
 let client
 beforeAll(async () => {
-  engine = await loadTarget({ contextSize: 2048 })
-  server = createServer({ engine, apiKey: KEY, signals: false })
-  base = await listen(server)
+  ;({ engine, server, base } = await startServer({ apiKey: KEY }))
   client = new Anthropic({ baseURL: base, apiKey: KEY, maxRetries: 0 })
 })
-afterAll(async () => {
-  if (server) await close(server)
-  if (engine) await engine.dispose()
-})
+afterAll(() => stopServer({ engine, server }))
 
 test('messages.create: text, usage with cache reads, stop_reason', async () => {
   const params = { model: MODEL, system: [{ type: 'text', text: 'Answer briefly.' }], messages: [{ role: 'user', content: 'Name three fruits.' }], temperature: 0, max_tokens: 24 }

@@ -2,9 +2,7 @@
 // uses: the official openai client (which asks for base64 by default), the
 // AI SDK's embed/embedMany and LangChain's OpenAIEmbeddings.
 const OpenAI = require('openai')
-const { loadTarget } = require('./helpers')
-const { listen, close } = require('./server-helpers')
-const { createServer } = require('../server')
+const { startServer, stopServer } = require('./server-helpers')
 
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 const SENTENCE = 'The cat sat on the mat.'
@@ -20,15 +18,10 @@ let server
 let base
 let client
 beforeAll(async () => {
-  engine = await loadTarget({ contextSize: 1024 })
-  server = createServer({ engine, signals: false })
-  base = await listen(server)
+  ;({ engine, server, base } = await startServer({}, { contextSize: 1024 }))
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 })
 })
-afterAll(async () => {
-  if (server) await close(server)
-  if (engine) await engine.dispose()
-})
+afterAll(() => stopServer({ engine, server }))
 
 const embedFloat = async (input, extra = {}) => {
   const res = await fetch(`${base}/v1/embeddings`, { method: 'POST', body: JSON.stringify({ model: MODEL, input, encoding_format: 'float', ...extra }) })

@@ -4,9 +4,7 @@
 // template ignores tools: the engine's generic tool preamble lists them.
 const OpenAI = require('openai')
 const { z } = require('zod')
-const { loadTarget } = require('./helpers')
-const { listen, close } = require('./server-helpers')
-const { createServer } = require('../server')
+const { startServer, stopServer } = require('./server-helpers')
 
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 const WEATHER = {
@@ -25,15 +23,10 @@ let server
 let base
 let client
 beforeAll(async () => {
-  engine = await loadTarget({ contextSize: 2048 })
-  server = createServer({ engine, signals: false })
-  base = await listen(server)
+  ;({ engine, server, base } = await startServer())
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 })
 })
-afterAll(async () => {
-  if (server) await close(server)
-  if (engine) await engine.dispose()
-})
+afterAll(() => stopServer({ engine, server }))
 
 describe('the official openai client', () => {
   test('responses.create: the text engine.complete gives for the same messages, usage with cached_tokens', async () => {

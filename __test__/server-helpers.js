@@ -3,6 +3,8 @@
 const vm = require('node:vm')
 const { pathToFileURL } = require('node:url')
 const server = require('../server')
+const { createServer } = server
+const { loadTarget } = require('./helpers')
 
 /** The server module (kept async for the tests written when it was an ES module example). */
 async function importServer() {
@@ -23,6 +25,19 @@ async function importEsm(file) {
     }).runInThisContext()
     return load(url)
   }
+}
+
+/** An engine on the fixture target and the package's server over it, on a free port. */
+async function startServer(serverOptions = {}, engineOptions = {}) {
+  const engine = await loadTarget({ contextSize: 2048, ...engineOptions })
+  const server = createServer({ engine, signals: false, ...serverOptions })
+  return { engine, server, base: await listen(server) }
+}
+
+/** Closes what `startServer` started. */
+async function stopServer({ engine, server }) {
+  if (server) await close(server)
+  if (engine) await engine.dispose()
 }
 
 function listen(s) {
@@ -65,4 +80,4 @@ function sseEvents(text) {
     })
 }
 
-module.exports = { importServer, importEsm, listen, close, until, sseEvents }
+module.exports = { startServer, stopServer, importServer, importEsm, listen, close, until, sseEvents }

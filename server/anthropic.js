@@ -6,7 +6,7 @@
 // in Anthropic's shape (the dispatcher does that for this module's routes).
 
 const { randomBytes } = require('node:crypto')
-const { invalid, anthropicErrorBody } = require('./errors.js')
+const { invalid, anthropicErrorBody, sourcedMessages } = require('./errors.js')
 const { passthrough } = require('./openai-chat.js')
 
 const PASSTHROUGH = passthrough(['prompt', 'messages', 'n_predict', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format', 'chat_template_kwargs'])
@@ -41,12 +41,7 @@ function blocksText(content, at, { images = 'refuse' } = {}) {
  * become tool messages, before the rest of its text.
  */
 function messagesOf(body) {
-  const messages = []
-  const origins = []
-  const push = (message, origin) => {
-    messages.push(message)
-    origins.push(origin)
-  }
+  const { messages, origins, push } = sourcedMessages()
   if (body.system != null) push({ role: 'system', content: blocksText(body.system, 'system') }, 'system')
   if (!Array.isArray(body.messages)) throw invalid('messages', 'expected an array of { role, content } messages')
   body.messages.forEach((m, i) => {

@@ -71,4 +71,20 @@ function anthropicErrorBody(e) {
   return { type: 'error', error: { type, message: e.message } }
 }
 
-module.exports = { ApiError, invalid, toApiError, openaiErrorBody, anthropicErrorBody }
+/**
+ * Chat messages built from a request, each with where it came from in that
+ * request (`messages.2`, `input[3]`), so an engine error naming
+ * `messages[i]` can name the client's field instead.
+ */
+function sourcedMessages() {
+  const messages = []
+  const origins = []
+  const push = (message, origin) => {
+    messages.push(message)
+    origins.push(origin)
+    return message
+  }
+  return { messages, origins, push }
+}
+
+module.exports = { ApiError, invalid, toApiError, openaiErrorBody, anthropicErrorBody, sourcedMessages }

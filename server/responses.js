@@ -7,7 +7,7 @@
 // assemble them.
 
 const { randomBytes } = require('node:crypto')
-const { invalid } = require('./errors.js')
+const { invalid, sourcedMessages } = require('./errors.js')
 const { passthrough } = require('./openai-chat.js')
 
 // Engine fields this endpoint sets itself; the engine's others (top_k,
@@ -83,13 +83,7 @@ function reasoningText(item) {
  * assistant message.
  */
 function messagesOf(body) {
-  const messages = []
-  const origins = []
-  const push = (message, origin) => {
-    messages.push(message)
-    origins.push(origin)
-    return message
-  }
+  const { messages, origins, push } = sourcedMessages()
   if (body.instructions != null) {
     if (typeof body.instructions !== 'string') throw invalid('instructions', 'expected a string')
     push({ role: 'system', content: body.instructions }, 'instructions')
