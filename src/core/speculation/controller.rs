@@ -26,6 +26,11 @@ const CLASS_WEIGHT: f64 = 4.0;
 const CLASS_FORGET: f64 = 0.99;
 const PROBE_MIN: usize = 4;
 const PROBE_MAX: usize = 32;
+/// Weight of the latest outcome in the estimate of how often a draft that
+/// was paid for comes to nothing (see [`DraftController::observe_empty`]).
+const EMPTY_WEIGHT: f64 = 0.25;
+/// The longest draft made at a cost before any was judged.
+const FIRST_DRAFT_MAX: usize = 4;
 /// Steps a one-time setup cost (a draft model's catch-up with a prompt) is
 /// amortised over: about a short answer's worth of drafting steps.
 pub const SETUP_HORIZON: f64 = 32.0;
@@ -88,6 +93,11 @@ pub struct DraftController {
     /// Whether the last decision was a probe (a draft that is not expected
     /// to pay, taken to keep the estimate fresh).
     probing: bool,
+    /// How often a draft made at a cost (a draft model's) came to nothing:
+    /// the drafter stopped before `n_min` tokens (its confidence floor), or
+    /// the step's joint trim dropped it. The time was spent all the same,
+    /// so it weighs against the next one (decayed; 0 before any is seen).
+    empty: f64,
 }
 
 impl DraftController {
@@ -112,6 +122,7 @@ impl DraftController {
             drafted_ms_per_token: None,
             drafted_steps: 0,
             probing: false,
+            empty: 0.0,
         }
     }
 
@@ -390,7 +401,7 @@ impl DraftController {
     /// The length to draft this step. `available` caps it (what the drafter
     /// can offer, the room left in the context, the tokens left to predict).
     pub fn next_length(&mut self, price: Option<&StepPrice>, available: usize) -> usize {
-        self.next_length_with_setup(price, available, 0.0)
+        self.decide(price, available, 0.0, None, false)
     }
 
     /// As [`next_length`](Self::next_length), when drafting now first costs
@@ -398,16 +409,33 @@ impl DraftController {
     /// tokens it has not seen). A planned draft must win that back within
     /// [`SETUP_HORIZON`] steps; a probe is only taken when its setup costs
     /// no more than two plain tokens.
+    ///
+    /// For drafts made at a cost: a draft that may come to nothing (see
+    /// [`observe_empty`](Self::observe_empty)) is planned only when its
+    /// expected saving, weighed by the chance it is used, beats what an
+    /// unused one wastes (the catch-up and k draft steps).
     pub fn next_length_with_setup(&mut self, price: Option<&StepPrice>, available: usize, setup_ms: f64) -> usize {
-        self.decide(price, available, setup_ms, None)
+        self.decide(price, available, setup_ms, None, true)
     }
 
     /// How much of a draft whose tokens have these classes to verify.
     pub fn next_length_classified(&mut self, price: Option<&StepPrice>, classes: &[u8]) -> usize {
-        self.decide(price, classes.len(), 0.0, Some(classes))
+        self.decide(price, classes.len(), 0.0, Some(classes), false)
     }
 
-    fn decide(&mut self, price: Option<&StepPrice>, available: usize, setup_ms: f64, classes: Option<&[u8]>) -> usize {
+    /// A draft made at a cost came to nothing (`true`: the drafter stopped
+    /// short, or the step's joint trim dropped it), or was verified
+    /// (`false`).
+    pub fn observe_empty(&mut self, empty: bool) {
+        self.empty = self.empty * (1.0 - EMPTY_WEIGHT) + if empty { EMPTY_WEIGHT } else { 0.0 };
+    }
+
+    /// The estimated chance that a draft made at a cost comes to nothing.
+    pub fn empty_rate(&self) -> f64 {
+        self.empty
+    }
+
+    fn decide(&mut self, price: Option<&StepPrice>, available: usize, setup_ms: f64, classes: Option<&[u8]>, made: bool) -> usize {
         self.probing = false;
         if self.adaptive && self.ceiling(price, None) < 1.0 {
             return 0;
@@ -421,13 +449,27 @@ impl DraftController {
                 *x *= CLASS_FORGET;
             }
         }
+        // A draft made at a cost before any of this drafter's drafts was
+        // judged is a guess from the prior: a short one, so a wrong prior
+        // costs a few draft steps, not a long draft.
+        let cap = if made && self.adaptive && self.reached.first().is_none_or(|&r| r == 0.0) {
+            available.min(FIRST_DRAFT_MAX)
+        } else {
+            available
+        };
         let (k, _) = match classes {
             Some(c) if classified => self.plan_classified(price, c),
-            _ => self.plan_upto(price, None, available),
+            _ => self.plan_upto(price, None, cap),
         };
         let mut k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
         if self.adaptive && k > 0 && setup_ms > 0.0 && self.saving_ms(price, k) * SETUP_HORIZON < setup_ms {
             k = 0;
+        }
+        if self.adaptive && made && k > 0 && self.empty > 0.0 {
+            let wasted = self.draft_ms.unwrap_or(0.0) * (k + 1) as f64;
+            if (1.0 - self.empty) * self.saving_ms(price, k) <= self.empty * wasted {
+                k = 0;
+            }
         }
         if k > 0 || !self.adaptive {
             self.idle = 0;
@@ -685,6 +727,32 @@ mod tests {
             f16.observe(n, ms);
         }
         assert!(c.ceiling(alone(&f16).as_ref(), None) > 1.0);
+    }
+
+    #[test]
+    fn made_drafts_that_come_to_nothing_are_priced_in() {
+        // The F32 target and its Q4_1 draft at 90 % acceptance: it pays…
+        let costs = pair_costs(1.0);
+        let mut c = DraftController::new(8, true, 0.9);
+        c.observe_draft_cost(1, 9.6);
+        for _ in 0..20 {
+            c.observe_acceptance(3, 3);
+        }
+        assert!(c.next_length_with_setup(alone(&costs).as_ref(), 8, 0.0) > 0);
+        // …until its drafts keep coming to nothing (trimmed by the step, or
+        // stopped by the confidence floor): then only probes remain.
+        for _ in 0..12 {
+            c.observe_empty(true);
+        }
+        let drafted = (0..100).filter(|_| c.next_length_with_setup(alone(&costs).as_ref(), 8, 0.0) > 0 && !c.probed()).count();
+        assert_eq!(drafted, 0);
+        // A lookup (no cost to make) is not affected.
+        assert!(c.next_length(alone(&costs).as_ref(), 8) > 0);
+        // Drafts that are verified again bring it back.
+        for _ in 0..12 {
+            c.observe_empty(false);
+        }
+        assert!(c.next_length_with_setup(alone(&costs).as_ref(), 8, 0.0) > 0);
     }
 
     #[test]

@@ -144,7 +144,8 @@ impl<'a> DrafterChain<'a> {
                 e.ctl.observe_draft_cost(1, cost);
             }
             let start = Instant::now();
-            let draft = if e.drafter.is_cheap() {
+            let made = !e.drafter.is_cheap();
+            let draft = if !made {
                 let price = prices.lookup.as_ref();
                 // Look first (it costs microseconds), then decide how much
                 // of what was found is worth verifying.
@@ -168,11 +169,17 @@ impl<'a> DrafterChain<'a> {
                 self.last_setup_ms = setup;
                 let drafted = e.drafter.draft(history, k, position);
                 self.draft_ms += start.elapsed().as_secs_f64() * 1000.0;
-                let Some(mut d) = drafted else { continue };
+                let Some(mut d) = drafted else {
+                    e.ctl.observe_empty(true);
+                    continue;
+                };
                 d.truncate(k);
                 d
             };
             if draft.len() < self.n_min {
+                if made {
+                    e.ctl.observe_empty(true);
+                }
                 continue;
             }
             let mut draft = draft;
@@ -193,7 +200,11 @@ impl<'a> DrafterChain<'a> {
             return;
         }
         if n == 0 {
-            self.entries[*i].drafter.accept(0);
+            let e = &mut self.entries[*i];
+            if !e.drafter.is_cheap() {
+                e.ctl.observe_empty(true);
+            }
+            e.drafter.accept(0);
             self.pending = None;
             self.last = None;
             return;
@@ -210,6 +221,9 @@ impl<'a> DrafterChain<'a> {
         let n_accepted = n_accepted.min(len);
         e.ctl.observe_acceptance(len, n_accepted);
         e.ctl.observe_classes(&classes, n_accepted);
+        if !e.drafter.is_cheap() {
+            e.ctl.observe_empty(false);
+        }
         e.stats.n_drafted += len;
         e.stats.n_accepted += n_accepted;
         e.drafter.accept(n_accepted);
@@ -337,6 +351,58 @@ mod tests {
         assert_eq!(stats, vec![("slow", 0, 0), ("ngram", d.len(), 2)]);
         // Nothing to verify without room.
         assert!(chain.propose(&[0], 0, 0, &DraftPrices::both(price())).is_none());
+    }
+
+    /// A costly drafter (2 ms a token) that always comes back empty, as a
+    /// draft model does when its confidence floor stops it at once; counts
+    /// how often it is asked.
+    struct Empty<'c> {
+        calls: &'c std::cell::Cell<usize>,
+    }
+
+    impl Drafter for Empty<'_> {
+        fn name(&self) -> &'static str {
+            "draft"
+        }
+        fn draft(&mut self, _history: &[i32], _n_max: usize, _position: usize) -> Option<Draft> {
+            self.calls.set(self.calls.get() + 1);
+            None
+        }
+        fn ms_per_token(&self) -> Option<f64> {
+            Some(2.0)
+        }
+    }
+
+    #[test]
+    fn a_costly_drafter_whose_drafts_come_to_nothing_is_asked_less_and_less() {
+        // On paper a 2 ms draft pays against 10 ms steps; every draft is
+        // empty, and each cost its catch-up and a draft step.
+        let calls = std::cell::Cell::new(0);
+        let mut chain = DrafterChain::new(1);
+        chain.push(Box::new(Empty { calls: &calls }), DraftController::new(4, true, 0.9));
+        for _ in 0..400 {
+            assert!(chain.propose(&[0], 0, 8, &DraftPrices::both(price())).is_none());
+            chain.observe_step(1, 10.0);
+        }
+        // After a few empty drafts only probes remain (backing off to one
+        // in 32 steps): about 20 calls in 400 steps, not 400.
+        assert!(calls.get() <= 30, "asked {} times in 400 steps", calls.get());
+        // Trimmed to nothing by the step counts the same: a draft made and dropped.
+        let mut chain = DrafterChain::new(0);
+        chain.push(Box::new(Fixed { name: "draft", tokens: vec![1, 2, 3], cheap: false, accepted: 0 }), DraftController::new(8, true, 0.9));
+        chain.propose(&[0], 0, 8, &DraftPrices::both(slow_steps())).expect("pays");
+        chain.trim(0);
+        assert!(chain.entries[0].ctl.empty_rate() > 0.2);
+        chain.propose(&[0], 0, 8, &DraftPrices::both(slow_steps())).expect("still pays at that price");
+        chain.judged(3);
+        assert!(chain.entries[0].ctl.empty_rate() < 0.2);
+    }
+
+    /// Steps of a second: a 50 ms draft token pays.
+    fn slow_steps() -> Option<StepPrice> {
+        let mut p = price()?;
+        p.base_ms = 1000.0;
+        Some(p)
     }
 
     #[test]

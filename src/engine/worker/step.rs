@@ -174,9 +174,19 @@ impl Worker<'_> {
             return None;
         }
         // Every other part of the step as planned so far (requests not yet
-        // planned decode their pending token at least).
+        // planned decode their pending token at least). Another request's
+        // draft that the joint trim may still cut counts as its pending
+        // token only: a draft model spends real time before the trim, so
+        // its draft must pay against the step without them (a lookup
+        // priced optimistically must not make it look cheap).
         let seq = slot.seq;
-        let mut others = parts(plan);
+        let mut others: Vec<Part> = plan
+            .iter()
+            .map(|p| match &p.draft {
+                Some(d) if !d.fixed => Part { seq: p.seq, tokens: 1 },
+                _ => p.part(),
+            })
+            .collect();
         let unplanned: Vec<Part> =
             generating.iter().filter(|&&g| g != seq && !others.iter().any(|p| p.seq == g)).map(|&g| Part { seq: g, tokens: 1 }).collect();
         others.extend(unplanned);
