@@ -67,6 +67,16 @@ impl EngineError {
     pub fn disposed() -> Self {
         Self::new(ErrorCode::Disposed, "the engine has been disposed")
     }
+
+    /// The error a panic caught on an engine thread becomes.
+    pub fn from_panic(panic: &(dyn std::any::Any + Send)) -> Self {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Self::internal(format!("the engine recovered from a panic: {why}"))
+    }
 }
 
 impl fmt::Display for EngineError {

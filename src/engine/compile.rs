@@ -10,7 +10,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
 
 use super::shared::{Job, Shared};
-use super::worker::panic_error;
 use crate::core::error::{EngineError, Result};
 use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
 
@@ -38,7 +37,7 @@ impl CompileThread {
             .spawn(move || {
                 for Task { mut job, grammar, field } in rx {
                     let compiled = catch_unwind(AssertUnwindSafe(|| compile(&compiler, &grammar, field, &job, locate)))
-                        .unwrap_or_else(|panic| Err(panic_error(&*panic)));
+                        .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
                     job.compiled = Some(compiled.map(|c| (grammar, c)));
                     if let Err(job) = shared.resubmit(job) {
                         job.sink.finish(Err(EngineError::disposed()));

@@ -13,7 +13,7 @@ use llama_cpp_2::model::LlamaModel;
 
 use super::model::{EngineOptions, ModelInfo, Progress};
 use super::shared::Shared;
-use super::worker::{panic_error, Models, Worker};
+use super::worker::{Models, Worker};
 use crate::core::error::{EngineError, Result};
 
 /// What the engine thread hands the handle once its models are loaded.
@@ -99,7 +99,7 @@ fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, rea
                 // The job went with the panic; its sink settles its promise
                 // as it is dropped.
                 shared.request_ended(id);
-                worker.recover(&panic_error(&*panic));
+                worker.recover(&EngineError::from_panic(&*panic));
             }
         }
         // One chunk of the front embed() call per step, beside the slots.
@@ -114,7 +114,7 @@ fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, rea
                 Ok(Err(e)) => job.fail(e),
                 Err(panic) => {
                     worker.drop_embedder();
-                    job.fail(panic_error(&*panic));
+                    job.fail(EngineError::from_panic(&*panic));
                 }
             }
         }
@@ -127,7 +127,7 @@ fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, rea
         match catch_unwind(AssertUnwindSafe(|| worker.step())) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => worker.recover(&e),
-            Err(panic) => worker.recover(&panic_error(&*panic)),
+            Err(panic) => worker.recover(&EngineError::from_panic(&*panic)),
         }
         worker.publish();
     }

@@ -452,18 +452,19 @@ impl DraftController {
         // A draft made at a cost before any of this drafter's drafts was
         // judged is a guess from the prior: a short one, so a wrong prior
         // costs a few draft steps, not a long draft.
-        let cap = if made && self.adaptive && self.reached.first().is_none_or(|&r| r == 0.0) {
-            available.min(FIRST_DRAFT_MAX)
-        } else {
-            available
-        };
+        // (A catch-up is won back by the drafts that follow it, so it is
+        // weighed against the length planned without that cap.)
+        let first = made && self.adaptive && self.reached.first().is_none_or(|&r| r == 0.0);
         let (k, _) = match classes {
             Some(c) if classified => self.plan_classified(price, c),
-            _ => self.plan_upto(price, None, cap),
+            _ => self.plan_upto(price, None, available),
         };
         let mut k = if self.adaptive && self.measured_loss() { 0 } else { k.min(available) };
         if self.adaptive && k > 0 && setup_ms > 0.0 && self.saving_ms(price, k) * SETUP_HORIZON < setup_ms {
             k = 0;
+        }
+        if first {
+            k = k.min(FIRST_DRAFT_MAX);
         }
         if self.adaptive && made && k > 0 && self.empty > 0.0 {
             let wasted = self.draft_ms.unwrap_or(0.0) * (k + 1) as f64;

@@ -12,7 +12,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
 use super::prefix::Start;
-use super::{aborted_before_start, panic_error, Worker};
+use super::{aborted_before_start, Worker};
 use crate::core::chat::format::json_answer;
 use crate::core::chat::tools::ResponseFormat;
 use crate::core::error::{EngineError, Result};
@@ -78,8 +78,8 @@ impl<'m> Worker<'m> {
             None => return,
         };
         let compiled = job.compiled.take();
-        let prepared =
-            catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, compiled))).unwrap_or_else(|panic| Err(panic_error(&*panic)));
+        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, compiled)))
+            .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
         match prepared {
             Ok(prepared) => self.start(job, prepared),
             Err(e) => {

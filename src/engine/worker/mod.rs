@@ -237,16 +237,6 @@ impl<'m> Worker<'m> {
     }
 }
 
-/// The error a caught panic becomes.
-pub fn panic_error(panic: &(dyn std::any::Any + Send)) -> EngineError {
-    let why = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into());
-    EngineError::internal(format!("the engine recovered from a panic: {why}"))
-}
-
 /// The result of a request that was aborted before it produced anything.
 pub fn aborted_before_start(req: &CompletionRequest, info: &ModelInfo, batch_invariant: bool) -> CompletionResult {
     CompletionResult {
