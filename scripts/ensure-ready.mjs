@@ -4,9 +4,11 @@ import { execFileSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { addonBuilt, buildAddon, ensurePrerequisites, root } from './native.mjs'
+import { ensureVendored } from './vendor.mjs'
 
 export function ensureReady({ models = true } = {}) {
   ensurePrerequisites()
+  ensureVendored()
   if (!existsSync(join(root, 'node_modules', '.bin', 'jest'))) {
     execFileSync('npm', ['install', '--no-audit', '--no-fund'], { cwd: root, stdio: 'inherit', env: { ...process.env, LLAMA_ENGINE_SKIP_BUILD: '1' } })
   }

@@ -6,6 +6,7 @@ import { copyFileSync, existsSync, readdirSync, renameSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import loader from '../native-loader.js'
+import { ensureVendored } from './vendor.mjs'
 
 const { platformTriple } = loader
 
@@ -76,6 +77,7 @@ export function ensurePrerequisites() {
 
 export function buildAddon({ features = [] } = {}) {
   ensurePrerequisites()
+  ensureVendored()
   const args = ['build', '--release', '--lib']
   if (features.length) args.push('--features', features.join(','))
   console.log(`llama-engine: building the native addon (cargo ${args.join(' ')}); llama.cpp takes a few minutes the first time`)

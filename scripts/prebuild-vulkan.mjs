@@ -19,6 +19,7 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { root } from './native.mjs'
+import { ensureVendored } from './vendor.mjs'
 
 const t0 = Date.now()
 const triple = 'linux-x64-gnu'
@@ -77,7 +78,8 @@ function vulkanHeaders() {
   return inc
 }
 
-// The llama.cpp source llama-cpp-sys-2 builds the addon from.
+// The llama.cpp source llama-cpp-sys-2 builds the addon from: the patched copy.
+ensureVendored()
 const meta = JSON.parse(execFileSync('cargo', ['metadata', '--format-version', '1', '--locked'], { cwd: root, encoding: 'utf8', maxBuffer: 1 << 28 }))
 const sysPkg = meta.packages.find((p) => p.name === 'llama-cpp-sys-2')
 const src = join(sysPkg.manifest_path, '..', 'llama.cpp')

@@ -19,6 +19,7 @@ import { execFileSync } from 'node:child_process'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import { ensurePrerequisites, root } from './native.mjs'
+import { ensureVendored } from './vendor.mjs'
 
 // npm runs a script named `prebuild` before `build` as its "pre" hook, so
 // `npm run build` would start this too. Only a direct `npm run prebuild` (or
@@ -127,6 +128,7 @@ function crossEnv(target) {
 }
 
 ensurePrerequisites()
+ensureVendored()
 const t0 = Date.now()
 // llama-cpp-sys-2 0.1.160 hard-links llama.cpp's shared libraries into the
 // target dir when its build script runs, and fails (EEXIST) on the dangling

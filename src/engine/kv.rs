@@ -18,7 +18,7 @@ use crate::core::cache::state::Cells;
 use crate::core::error::{EngineError, Result};
 
 /// The KV settings cells depend on, as session files record them.
-pub const KV_SETTINGS: &str = "K and V f16, V transposed (no flash attention), full-size sliding-window caches";
+pub const KV_SETTINGS: &str = "K and V f16, flash attention (V not transposed), full-size sliding-window caches";
 
 fn kv_err(what: &str) -> impl Fn(llama_cpp_2::context::kv_cache::KvCacheConversionError) -> EngineError + '_ {
     move |e| EngineError::internal(format!("{what}: {e}"))

@@ -174,13 +174,11 @@ pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32, unified: boo
         .with_n_threads(opts.threads)
         .with_n_threads_batch(opts.threads)
         .with_kv_unified(unified)
-        // Greedy speculation must reproduce plain decoding bit for bit, so a
-        // position's logits may not depend on how many tokens share its batch.
-        // ggml's CPU flash attention is not batch-size invariant: one query row
-        // over >= 512 cells takes a split-KV path whose partial sums are
-        // reduced per thread, 2..Q rows one pass, >= Q rows a tiled GEMM. The
-        // plain path (KQ mul_mat, soft_max, KQV mul_mat) is row-wise.
-        .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        // Flash attention from the patched ggml (patches/llama-cpp-sys-2):
+        // a query row's result does not depend on how many rows share its
+        // batch or how the threads split the work, so verification rows
+        // score exactly as plain decoding does (docs/exactness.md).
+        .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED)
 }
 
 pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
