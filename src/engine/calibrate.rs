@@ -14,6 +14,7 @@ use llama_cpp_2::token::LlamaToken;
 use crate::core::error::{EngineError, Result};
 use crate::core::speculation::cost::BatchCost;
 use crate::core::speculation::invariance::{InvarianceCheck, CHECK_SIZES};
+use crate::engine::attention_check::{self, Shape};
 
 /// Rows of each of two sequences in the mixed-sequence check.
 const MIXED_ROWS: usize = 16;
@@ -21,17 +22,26 @@ const MIXED_ROWS: usize = 16;
 /// Batch sizes timed twice at load: those drafts are verified in.
 const RETIMED_MAX: usize = 16;
 
+/// The context the self-check runs in: its cells, batch size, sequences
+/// and threads.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub n_ctx: usize,
+    pub n_batch: usize,
+    pub n_seq: usize,
+    pub threads: usize,
+}
+
 /// Measures batch costs into `costs` and runs the self-check, in sequence 0
 /// (and 1, when the context has two or more). Leaves the cache empty.
 pub fn calibrate(
     ctx: &mut LlamaContext,
     batch: &mut LlamaBatch,
     model: &LlamaModel,
-    n_ctx: usize,
-    n_batch: usize,
-    n_seq: usize,
+    limits: Limits,
     costs: &mut BatchCost,
 ) -> InvarianceCheck {
+    let Limits { n_ctx, n_batch, n_seq, threads } = limits;
     let start = Instant::now();
     let mut check = InvarianceCheck::default();
     let tokens = calibration_tokens(model);
@@ -63,9 +73,30 @@ pub fn calibrate(
     if let Err(e) = outcome {
         check.fail(e.message);
     }
+    if check.holds() {
+        attention(model, threads, &mut check);
+    }
     ctx_clear(cal.ctx);
     check.ms = start.elapsed().as_secs_f64() * 1000.0;
     check
+}
+
+/// The attention kernel over long caches (`engine::attention_check`).
+fn attention(model: &LlamaModel, threads: usize, check: &mut InvarianceCheck) {
+    let Some(shape) = Shape::of(model) else {
+        check.fail("the model's attention shape is not known");
+        return;
+    };
+    match attention_check::check(shape, threads) {
+        Ok(None) => check.attention_cells = attention_check::CELLS.to_vec(),
+        Ok(Some(m)) => {
+            check.attention_mismatch = Some(format!(
+                "row {} of a batch of {} over {} cells, {} thread(s), differs from the row alone",
+                m.row, m.batch, m.cells, m.threads
+            ))
+        }
+        Err(why) => check.fail(why),
+    }
 }
 
 /// Varied, real tokens (prose, code, digits, accents), enough for the

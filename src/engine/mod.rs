@@ -19,6 +19,7 @@
 //! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
 //! - `gpu.rs`: the GPU back end, its probe, and why none computes.
 
+mod attention_check;
 mod calibrate;
 pub mod chat;
 mod compile;

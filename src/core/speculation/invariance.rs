@@ -52,6 +52,11 @@ pub struct InvarianceCheck {
     /// Whether two sequences sharing a batch (each in its own KV stream)
     /// were also compared, and were identical.
     pub mixed: bool,
+    /// Cache lengths (cells) over which the attention kernel gave each row
+    /// the same bits alone, in batches and with other thread counts.
+    pub attention_cells: Vec<usize>,
+    /// Where the attention kernel did not.
+    pub attention_mismatch: Option<String>,
     /// Time the whole calibration took (ms), batch costs included.
     pub ms: f64,
 }
@@ -91,7 +96,7 @@ impl InvarianceCheck {
 
     /// True when at least one multi-row batch was compared and nothing differed.
     pub fn holds(&self) -> bool {
-        self.mismatch.is_none() && self.failure.is_none() && !self.sizes.is_empty()
+        self.mismatch.is_none() && self.attention_mismatch.is_none() && self.failure.is_none() && !self.sizes.is_empty()
     }
 }
 
@@ -108,13 +113,21 @@ impl fmt::Display for InvarianceCheck {
                 write!(f, "; identical in batches of {sizes}")?;
             }
             Ok(())
+        } else if let Some(m) = &self.attention_mismatch {
+            write!(f, "flash attention: {m}")
         } else if let Some(why) = &self.failure {
             write!(f, "the check could not finish: {why}")
         } else if self.sizes.is_empty() {
             write!(f, "no batch of several rows fits this context and batch size; nothing was compared")
         } else {
             let mixed = if self.mixed { ", also beside another sequence" } else { "" };
-            write!(f, "identical alone and in batches of {sizes}{mixed} (calibration took {:.0} ms)", self.ms)
+            let cells = self.attention_cells.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" and ");
+            let attention = if cells.is_empty() {
+                String::new()
+            } else {
+                format!("; attention over {cells} cells identical alone, batched and on other thread counts")
+            };
+            write!(f, "identical alone and in batches of {sizes}{mixed}{attention} (calibration took {:.0} ms)", self.ms)
         }
     }
 }
@@ -157,6 +170,13 @@ mod tests {
         assert_eq!(c.sizes, vec![2]);
         assert_eq!(c.mismatch, Some(Mismatch { batch: 8, row: 7, token: 1, alone: 2.0, batched: 2.5 }));
         assert!(c.to_string().starts_with("row 7 of a batch of 8 differs"), "{c}");
+        let mut c = InvarianceCheck::default();
+        c.passed(2);
+        c.attention_cells = vec![600, 4200];
+        assert!(c.to_string().contains("attention over 600 and 4200 cells identical"), "{c}");
+        c.attention_mismatch = Some("row 3 of a batch of 9 over 4200 cells, 1 thread(s), differs from the row alone".into());
+        assert!(!c.holds());
+        assert!(c.to_string().starts_with("flash attention: row 3"), "{c}");
         let mut c = InvarianceCheck::default();
         c.passed(2);
         c.fail("llama_decode failed");

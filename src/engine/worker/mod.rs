@@ -16,7 +16,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 
-use super::calibrate::{calibrate, calibration_tokens};
+use super::calibrate::{calibrate, calibration_tokens, Limits};
 use super::compile::CompileThread;
 use super::draft_model::DraftContext;
 use super::embed::{EmbedJob, Embedder};
@@ -147,8 +147,8 @@ impl<'m> Worker<'m> {
             embedder: None,
             opts: opts.clone(),
         };
-        worker.invariance =
-            calibrate(&mut worker.ctx, &mut worker.batch, &models.target, worker.n_ctx, n_batch, parallel, &mut worker.costs);
+        let limits = Limits { n_ctx: worker.n_ctx, n_batch, n_seq: parallel, threads: opts.threads.max(1) as usize };
+        worker.invariance = calibrate(&mut worker.ctx, &mut worker.batch, &models.target, limits, &mut worker.costs);
         if let Some(d) = &worker.draft {
             d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
         }
