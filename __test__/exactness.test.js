@@ -69,6 +69,8 @@ describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', 
     const s = engine.status()
     expect(s.batchInvariant).toBe(true)
     expect(s.batchInvariance).toMatch(/identical alone and in batches of 2, 4, 8, 16, 33/)
+    // The attention kernel alone over long caches (past one 512-cell block, past 4,096 cells).
+    expect(s.batchInvariance).toMatch(/attention over 600 and 4200 cells identical alone, batched and on other thread counts/)
   })
 
   test.each(matrix(Object.keys(PROMPTS), ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
@@ -102,6 +104,44 @@ describe.each(
     expect(engine.status().batchInvariant).toBe(true)
     const drafted = await expectBitExact(engine, PROMPTS.code, ['ngram n16', 'ngram n48', 'draft n16', 'tree 4x6', 'auto'], 64)
     expect(drafted).toBeGreaterThan(64)
+  }, 600000)
+})
+
+// Long caches: the attention kernel's fixed blocks and the split of a
+// decode step's cells between threads are exercised past 512 cells (npm test)
+// and past 4,096 cells (test:full), with the prompt's words never seen in
+// training order, and a passage to repeat so that drafts are long.
+function longPrompt(words) {
+  const W = 'river stone market bright quietly harbour engine silver winter garden letter orange mountain whisper ancient copper lantern forest gentle thunder velvet ribbon marble candle shadow meadow crystal falcon canyon breeze'.split(' ')
+  let x = 12345
+  const rnd = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648
+  const text = Array.from({ length: words }, () => W[Math.floor(rnd() * W.length)] + (rnd() < 0.1 ? '.' : ''))
+  return `${text.join(' ')}\n\nRepeat the last sentence above:\n${text.slice(-40).join(' ')}`
+}
+
+describe.each(
+  matrix(
+    [
+      ['SmolLM2 Q4_1, ~1,300-token prompt', TARGET, DRAFT, 1200],
+      ['SmolLM2 Q4_1, ~4,300-token prompt', TARGET, DRAFT, 3900],
+      ['gemma-3 Q4_K_M, ~4,300-token prompt', GEMMA, GEMMA_DRAFT, 3900],
+      ['SmolLM2 F16, ~4,300-token prompt', F16, DRAFT, 3900],
+    ],
+    [['SmolLM2 Q4_1, ~1,300-token prompt', TARGET, DRAFT, 1200]],
+  ),
+)('bit-exact greedy speculation over a long cache: %s', (_name, target, draft, words) => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: target, draftModelPath: draft, contextSize: 8192, threads: 2 })
+  })
+  afterAll(() => engine.dispose())
+
+  test('fixed drafts and auto give the same tokens and probabilities as "off"', async () => {
+    const prompt = longPrompt(words)
+    const n = (await engine.tokenize(prompt)).length
+    expect(n).toBeGreaterThan(words > 2000 ? 4096 : 512)
+    const drafted = await expectBitExact(engine, prompt, ['ngram n16', 'draft n16', 'auto'], 48)
+    expect(drafted).toBeGreaterThan(48)
   }, 600000)
 })
 

@@ -31,13 +31,22 @@
 //             evaluation and batch costs with ggml's tiled K-quant mat-mul
 //             off (the engine's default) and on (GGML_CPU_TILED_MM=1),
 //             alternating processes (bench/probe.mjs).
+//   prefill   long never-seen prompts (three of ~2,000 tokens, one of ~4,000):
+//             time to first token and prefill tokens/s, then decode tokens/s
+//             after the prompt, each run in its own process, implementations
+//             alternated: this engine, node-llama-cpp (bench/package.json,
+//             installed on first use) and the ceiling, the same llama.cpp
+//             unpatched with its default build options
+//             (examples/prefill_ceiling.rs, built into target/ceiling), on
+//             SmolLM2 Q4_1 and gemma-3 Q4_K_M. BENCH_PREFILL_BEFORE=<addon>
+//             adds an older build of the engine (before/after).
 //   prebuilt  the portable addon of `npm run prebuild` (npm/<triple>/, CPU
 //             variant chosen at run time) against the source build
 //             (-C target-cpu=native): plain decoding and prompt evaluation,
 //             alternating processes. In the default list when the prebuilt
 //             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,ngram,structured,parallel,prefix,tiled[,prebuilt]),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled[,prebuilt]),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -61,7 +70,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../native-loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -840,6 +849,81 @@ if (sections.has('tiled')) {
   console.log('t8/t16 = load-time cost (ms) of a batch of 8/16 rows (tiled takes over from 8 rows); prompt = the ~300-token code-edit prompt, evaluated without cache')
   console.log(`(tiled section: ${elapsed(since)})`)
   results.tiled = rows
+}
+
+if (sections.has('prefill')) {
+  const since = Date.now()
+  console.log('\n## prefill: long never-seen prompts, time to first token and decode after it (each run its own process, alternated)')
+  const dir = join(root, 'bench-results', 'prefill')
+  mkdirSync(dir, { recursive: true })
+  // Never-seen text: words drawn by a seeded generator (no cache, no n-gram
+  // can know it); ~1,800 words are ~2,000 SmolLM2 tokens.
+  const WORDS = 'river stone market bright quietly harbour engine silver winter garden letter orange mountain whisper ancient copper lantern forest gentle thunder velvet ribbon marble candle shadow meadow crystal falcon canyon breeze'.split(' ')
+  const prompts = [1, 2, 3, 4].map((seed) => {
+    let x = (seed * 2654435761) % 4294967296
+    const rnd = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648
+    const words = Array.from({ length: seed === 4 ? 3600 : 1800 }, () => WORDS[Math.floor(rnd() * WORDS.length)] + (rnd() < 0.1 ? '.' : ''))
+    const file = join(dir, `prompt-${seed}.txt`)
+    writeFileSync(file, words.join(' '))
+    return file
+  })
+  // node-llama-cpp, for the bench only.
+  const benchDir = join(root, 'bench')
+  if (!existsSync(join(benchDir, 'node_modules', 'node-llama-cpp'))) {
+    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: benchDir, stdio: 'inherit' })
+  }
+  // The ceiling: the registry crate unpatched, llama.cpp's default build
+  // options (flash attention auto, llamafile, repacked weights, tiled K-quants).
+  const pristine = join(root, 'target', 'pristine', 'llama-cpp-sys-2')
+  if (!existsSync(pristine)) execFileSync(process.execPath, [join(root, 'scripts', 'vendor.mjs'), '--pristine', pristine], { stdio: 'inherit' })
+  execFileSync(
+    'cargo',
+    ['build', '--release', '--example', 'prefill_ceiling', '--target-dir', join(root, 'target', 'ceiling'), '--config', `patch.crates-io.llama-cpp-sys-2.path="${pristine}"`],
+    { cwd: root, stdio: 'ignore', env: { ...process.env, GGML_LLAMAFILE: 'ON', GGML_CPU_REPACK: 'ON' } },
+  )
+  const ceiling = join(root, 'target', 'ceiling', 'release', 'examples', 'prefill_ceiling')
+  const NGEN = 128
+  const impls = {
+    engine: (m, f) => [process.execPath, [join(benchDir, 'prefill.mjs'), 'engine', m, f, String(NGEN)], {}],
+    'node-llama-cpp': (m, f) => [process.execPath, [join(benchDir, 'prefill.mjs'), 'node-llama-cpp', m, f, String(NGEN)], {}],
+    ceiling: (m, f) => [ceiling, [m, String(THREADS), String(NGEN), f], {}],
+  }
+  if (process.env.BENCH_PREFILL_BEFORE) {
+    impls['engine before'] = (m, f) => [process.execPath, [join(benchDir, 'prefill.mjs'), 'engine', m, f, String(NGEN)], { LLAMA_ENGINE_ADDON: process.env.BENCH_PREFILL_BEFORE }]
+  }
+  const names = Object.keys(impls)
+  const rows = []
+  for (const model of ['SmolLM2-135M-Instruct.Q4_1.gguf', 'gemma-3-270m-q4_k_m.gguf']) {
+    for (const [pi, file] of prompts.entries()) {
+      const runs = Object.fromEntries(names.map((n) => [n, []]))
+      for (let r = 0; r < REPEATS; r++) {
+        // Alternated, the order turned each repeat.
+        for (const name of r % 2 ? [...names].reverse() : names) {
+          const [cmd, args, env] = impls[name](join(models, model), file)
+          const out = execFileSync(cmd, args, { cwd: root, encoding: 'utf8', env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'ignore'] })
+          runs[name].push(JSON.parse(out.trim().split('\n').pop()))
+        }
+      }
+      const row = { model: model.replace('.gguf', ''), prompt: pi + 1, tokens: runs.engine[0].prompt_tokens }
+      const range = (xs) => `${fmt(Math.min(...xs), 0)}–${fmt(Math.max(...xs), 0)}`
+      for (const n of names) {
+        row[`${n} prefill t/s`] = range(runs[n].map((x) => x.prefill_tps))
+        row[`${n} ttft s`] = fmt(median(runs[n].map((x) => x.ttft_ms)) / 1000, 2)
+        row[`${n} decode t/s`] = range(runs[n].map((x) => x.decode_tps))
+      }
+      // Paired: each engine run against the other implementation's run of the same repeat.
+      for (const other of names.filter((n) => n !== 'engine')) {
+        const ps = runs.engine.map((x, i) => x.prefill_tps / runs[other][i].prefill_tps)
+        row[`prefill vs ${other}`] = `${fmt(median(ps), 2)}x`
+      }
+      rows.push({ ...row, runs })
+      console.log(JSON.stringify(Object.fromEntries(Object.entries(row))))
+    }
+  }
+  table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs'))
+  console.log(`prefill t/s and decode t/s: min–max over ${REPEATS} runs; ttft: median; "prefill vs X": median over the repeats of the engine's run against X's run of the same repeat.`)
+  console.log(`(prefill section: ${elapsed(since)})`)
+  results.prefill = rows
 }
 
 // prebuilt: the portable addon against the source build
