@@ -55,14 +55,12 @@ fn main() {
         let mut sampler = LlamaSampler::greedy();
         let mut token = sampler.sample(&ctx, batch.n_tokens() - 1);
         let prefill_ms = start.elapsed().as_secs_f64() * 1000.0;
-        let mut pos = tokens.len() as i32;
         let start = Instant::now();
-        for _ in 1..n_gen {
+        for pos in tokens.len()..tokens.len() + n_gen.saturating_sub(1) {
             batch.clear();
-            batch.add(token, pos, &[0], true).expect("batch");
+            batch.add(token, pos as i32, &[0], true).expect("batch");
             ctx.decode(&mut batch).expect("decode");
             token = sampler.sample(&ctx, 0);
-            pos += 1;
         }
         let decode_ms = start.elapsed().as_secs_f64() * 1000.0;
         println!(

@@ -39,7 +39,7 @@ impl Shape {
     pub fn of(model: &LlamaModel) -> Option<Shape> {
         let n_head = model.n_head() as usize;
         let n_head_kv = model.n_head_kv() as usize;
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
             return None;
         }
         let meta = |key: &str| {
