@@ -842,10 +842,17 @@ if (sections.has('tiled')) {
       row[`t${n} off`] = med('off', (x) => x.batchCostMs[n])
       row[`t${n} on`] = med('on', (x) => x.batchCostMs[n])
     }
-    rows.push({ ...row, runs })
+    // Forced for every row count (GGML_CPU_TILED_MM_FORCE=1): one kernel,
+    // so batch-invariant, but one row pays for unpacking the weights.
+    const forced = probePairs(join(models, name), { off: { GGML_CPU_TILED_MM: null }, forced: { GGML_CPU_TILED_MM: '1', GGML_CPU_TILED_MM_FORCE: '1' } })
+    row['invariant forced'] = forced.invariant.split('/')[1]
+    row['gen off/forced'] = forced.ratio(tps)
+    row['prompt off/forced'] = forced.ratio(promptTps)
+    rows.push({ ...row, runs, forced: forced.runs })
   }
-  table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs'))
+  table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs' && k !== 'forced'))
   console.log('invariant = status().batchInvariant with the tiled path off/on; off/on = median (min–max) over the repeats of each off run against the on run next to it;')
+  console.log('forced = the tiled path for every row count (GGML_CPU_TILED_MM_FORCE=1), against off the same way;')
   console.log('t8/t16 = load-time cost (ms) of a batch of 8/16 rows (tiled takes over from 8 rows); prompt = the ~300-token code-edit prompt, evaluated without cache')
   console.log(`(tiled section: ${elapsed(since)})`)
   results.tiled = rows
