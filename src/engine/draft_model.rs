@@ -32,6 +32,11 @@ pub const MAX_BRANCHES: usize = 8;
 /// usual (the pending token, the accepted drafts); more is a one-time setup.
 const SMALL_CATCH_UP: usize = 4;
 
+/// What the draft model evaluates before a draft while drafting step after
+/// step: the target's pending token, after the last draft token when the
+/// whole draft was accepted.
+const USUAL_CATCH_UP: usize = 2;
+
 /// The draft model's context and what its sequences hold.
 pub struct DraftContext<'m> {
     ctx: LlamaContext<'m>,
@@ -148,17 +153,27 @@ impl<'m> DraftContext<'m> {
         (ok, history.len() - keep, ms(t))
     }
 
-    /// Folds a draft's timing into the costs the controller prices with:
-    /// the usual catch-up (the pending token, the accepted drafts) is part
-    /// of what a proposed token costs; a long one is a one-time setup,
-    /// priced separately.
-    fn note(&mut self, total_ms: f64, proposed: usize, synced: usize, sync_ms: f64) {
-        let (ms, setup) = if synced > SMALL_CATCH_UP { (total_ms - sync_ms, true) } else { (total_ms, false) };
-        if proposed > 0 {
-            let per = ms.max(0.0) / proposed as f64;
+    /// Folds a draft's timing into the costs the controller prices with.
+    /// `proposed` tokens took `steps` decodes of one token (`steps_ms`,
+    /// their picks included) after a catch-up of `synced` tokens
+    /// (`sync_ms`). The usual catch-up (the pending token and at most one
+    /// accepted draft) is a decode like the others, so it is part of what a
+    /// proposed token costs; a longer one (a probe after plain steps, a new
+    /// prompt) is not: counted per proposed token it would make one probe
+    /// look several steps dear, and drafting that pays would stop. Past
+    /// `SMALL_CATCH_UP` it is a one-time setup, priced per token.
+    fn note(&mut self, proposed: usize, steps: usize, steps_ms: f64, synced: usize, sync_ms: f64) {
+        let per = if synced <= USUAL_CATCH_UP && proposed > 0 {
+            Some((sync_ms + steps_ms) / proposed as f64)
+        } else if steps > 0 {
+            Some(steps_ms / steps as f64)
+        } else {
+            None
+        };
+        if let Some(per) = per {
             self.step_ms = Some(self.step_ms.map_or(per, |o| o * 0.8 + per * 0.2));
         }
-        if setup {
+        if synced > SMALL_CATCH_UP {
             let per = sync_ms / synced as f64;
             self.prefill_ms = Some(self.prefill_ms.map_or(per, |o| o * 0.5 + per * 0.5));
         }
@@ -214,11 +229,12 @@ impl<'m> ModelDrafter<'m> {
     /// target samples that position with — so the draft proposes the
     /// target's own choice whenever the two models broadly agree.
     fn chain(&mut self, history: &[i32], n_max: usize, position: usize) -> Option<Draft> {
-        let start = Instant::now();
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         let mut cx = self.cx.borrow_mut();
         let (ok, synced, sync_ms) = cx.sync(self.seq, &history);
         let mut draft = Draft::new(Vec::new(), TokenSource::Draft, Vec::new());
+        let start = Instant::now();
+        let mut steps = 0;
         if ok {
             let greedy = self.settings.temperature <= 0.0;
             for i in 0..n_max {
@@ -239,12 +255,16 @@ impl<'m> ModelDrafter<'m> {
                 }
                 draft.tokens.push(token);
                 draft.classes.push(confidence_class(confidence));
-                if i + 1 == n_max || !cx.decode(self.seq, &[LlamaToken(token)]) {
+                if i + 1 == n_max {
+                    break;
+                }
+                steps += 1;
+                if !cx.decode(self.seq, &[LlamaToken(token)]) {
                     break;
                 }
             }
         }
-        cx.note(ms(start), draft.len(), synced, sync_ms);
+        cx.note(draft.len(), steps, ms(start), synced, sync_ms);
         (!draft.is_empty()).then_some(draft)
     }
 
@@ -266,13 +286,15 @@ impl<'m> ModelDrafter<'m> {
         if let Some(tokens) = self.spares.continuation(history, depth) {
             return Some(point_masses(tokens));
         }
-        let start = Instant::now();
         let mut cx = self.cx.borrow_mut();
         let history_tokens: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         let (ok, synced, sync_ms) = cx.sync(self.seq, &history_tokens);
+        let start = Instant::now();
         let branches = if ok { grow_tree(&mut cx, self.seq, depth, self.settings) } else { Vec::new() };
-        let proposed = branches.iter().map(Vec::len).sum();
-        cx.note(ms(start), proposed, synced, sync_ms);
+        let proposed: usize = branches.iter().map(Vec::len).sum();
+        // A tree's decodes are batches of its live branches: its time is
+        // shared by every token it proposed.
+        cx.note(proposed, proposed, ms(start), synced, sync_ms);
         let mut branches = branches.into_iter();
         let first = branches.next()?;
         self.spares.keep(history, branches);

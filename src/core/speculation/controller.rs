@@ -93,6 +93,11 @@ pub struct DraftController {
     /// Whether the last decision was a probe (a draft that is not expected
     /// to pay, taken to keep the estimate fresh).
     probing: bool,
+    /// Whether the last decision explores: a probe, or the first draft
+    /// made before any was judged. Such a draft is not cut by the learnt
+    /// confidence floor, so the acceptance of tokens the draft model is
+    /// unsure of gets measured instead of assumed.
+    exploring: bool,
     /// How often a draft made at a cost (a draft model's) came to nothing:
     /// the drafter stopped before `n_min` tokens (its confidence floor), or
     /// the step's joint trim dropped it. The time was spent all the same,
@@ -122,6 +127,7 @@ impl DraftController {
             drafted_ms_per_token: None,
             drafted_steps: 0,
             probing: false,
+            exploring: false,
             empty: 0.0,
         }
     }
@@ -437,6 +443,7 @@ impl DraftController {
 
     fn decide(&mut self, price: Option<&StepPrice>, available: usize, setup_ms: f64, classes: Option<&[u8]>, made: bool) -> usize {
         self.probing = false;
+        self.exploring = false;
         if self.adaptive && self.ceiling(price, None) < 1.0 {
             return 0;
         }
@@ -474,6 +481,7 @@ impl DraftController {
         }
         if k > 0 || !self.adaptive {
             self.idle = 0;
+            self.exploring = first && self.adaptive;
             return k;
         }
         // Not worth it now. Probe with a short draft once in a while, so a
@@ -488,6 +496,7 @@ impl DraftController {
             self.idle = 0;
             self.probe_every = (self.probe_every * 2).min(PROBE_MAX);
             self.probing = true;
+            self.exploring = true;
             return available.min(2);
         }
         0
@@ -511,6 +520,12 @@ impl DraftController {
     /// Whether the last length decided was a probe.
     pub fn probed(&self) -> bool {
         self.probing
+    }
+
+    /// Whether the last length decided explores (a probe, or the first
+    /// draft): the drafter should not cut it by its learnt confidence.
+    pub fn exploring(&self) -> bool {
+        self.exploring
     }
 
     /// Expected tokens of a step verifying the first j tokens of a draft,

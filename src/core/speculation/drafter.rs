@@ -106,13 +106,23 @@ pub struct DrafterChain<'a> {
     /// what its draft first cost once (a catch-up, not the step's price).
     last: Option<usize>,
     last_setup_ms: f64,
+    /// What making that draft took (ms): part of the step's wall time.
+    last_draft_ms: f64,
     /// Time spent drafting (ms).
     pub draft_ms: f64,
 }
 
 impl<'a> DrafterChain<'a> {
     pub fn new(n_min: usize) -> Self {
-        DrafterChain { entries: Vec::new(), n_min: n_min.max(1), pending: None, last: None, last_setup_ms: 0.0, draft_ms: 0.0 }
+        DrafterChain {
+            entries: Vec::new(),
+            n_min: n_min.max(1),
+            pending: None,
+            last: None,
+            last_setup_ms: 0.0,
+            last_draft_ms: 0.0,
+            draft_ms: 0.0,
+        }
     }
 
     pub fn push(&mut self, drafter: Box<dyn Drafter + 'a>, ctl: DraftController) {
@@ -136,6 +146,7 @@ impl<'a> DrafterChain<'a> {
     pub fn propose(&mut self, history: &[i32], position: usize, available: usize, prices: &DraftPrices) -> Option<Draft> {
         self.last = None;
         self.last_setup_ms = 0.0;
+        self.last_draft_ms = 0.0;
         if available == 0 {
             return None;
         }
@@ -163,12 +174,16 @@ impl<'a> DrafterChain<'a> {
                 if k == 0 {
                     continue;
                 }
-                if let Some(floor) = e.ctl.confidence_floor(price) {
-                    e.drafter.set_floor(floor);
-                }
+                // An exploring draft goes as far as asked (its tokens teach
+                // the acceptance of each confidence); otherwise the draft
+                // stops at the confidence that pays (1.0: at `p_min`).
+                let floor = if e.ctl.exploring() { Some(0.0) } else { e.ctl.confidence_floor(price) };
+                e.drafter.set_floor(floor.unwrap_or(1.0));
                 self.last_setup_ms = setup;
                 let drafted = e.drafter.draft(history, k, position);
-                self.draft_ms += start.elapsed().as_secs_f64() * 1000.0;
+                let ms = start.elapsed().as_secs_f64() * 1000.0;
+                self.draft_ms += ms;
+                self.last_draft_ms = ms;
                 let Some(mut d) = drafted else {
                     e.ctl.observe_empty(true);
                     continue;
@@ -232,14 +247,16 @@ impl<'a> DrafterChain<'a> {
         }
     }
 
-    /// The step this request just took produced `tokens` in `ms` of wall
-    /// time: with the last proposal, or plainly.
+    /// The step this request just took produced `tokens` in `ms` of
+    /// decoding: with the last proposal (whose making is added), or plainly.
     pub fn observe_step(&mut self, tokens: usize, ms: f64) {
         // A catch-up is paid once: it is not what drafting steps cost.
         let setup = std::mem::take(&mut self.last_setup_ms);
+        let made = std::mem::take(&mut self.last_draft_ms);
+        let drafted_ms = ms + (made - setup).max(0.0);
         for (i, e) in self.entries.iter_mut().enumerate() {
             match self.last {
-                Some(j) if j == i => e.ctl.observe_step(true, tokens, (ms - setup).max(ms * 0.1)),
+                Some(j) if j == i => e.ctl.observe_step(true, tokens, drafted_ms),
                 None => e.ctl.observe_step(false, tokens, ms),
                 _ => {}
             }
@@ -396,6 +413,58 @@ mod tests {
         chain.propose(&[0], 0, 8, &DraftPrices::both(slow_steps())).expect("still pays at that price");
         chain.judged(3);
         assert!(chain.entries[0].ctl.empty_rate() < 0.2);
+    }
+
+    /// A draft model as the pair F32 + Q4_1 has it (6 ms a token against
+    /// 10 for the target): every token accepted,
+    /// but the draft model is unsure of most of them (confidence 0.4), so a
+    /// floor learnt from priors alone would stop it at once. Records the
+    /// floors it was given.
+    struct Unsure<'c> {
+        floors: &'c std::cell::RefCell<Vec<f32>>,
+        floor: f32,
+    }
+
+    impl Drafter for Unsure<'_> {
+        fn name(&self) -> &'static str {
+            "draft"
+        }
+        fn draft(&mut self, _history: &[i32], n_max: usize, _position: usize) -> Option<Draft> {
+            self.floors.borrow_mut().push(self.floor);
+            let n = if 0.4 < self.floor { 0 } else { n_max };
+            let classes = vec![crate::core::speculation::controller::confidence_class(0.4); n];
+            (n > 0).then(|| Draft::new(vec![5; n], TokenSource::Draft, classes))
+        }
+        fn set_floor(&mut self, floor: f32) {
+            self.floor = floor;
+        }
+        fn ms_per_token(&self) -> Option<f64> {
+            Some(6.0)
+        }
+    }
+
+    #[test]
+    fn unsure_tokens_are_explored_and_drafted_once_they_prove_accepted() {
+        use crate::core::speculation::controller::{CONFIDENCE_BUCKETS, CONFIDENCE_PRIORS};
+        let floors = std::cell::RefCell::new(Vec::new());
+        let mut chain = DrafterChain::new(0);
+        let ctl = DraftController::new(8, true, 0.7).with_confidence_classes(&CONFIDENCE_BUCKETS, &CONFIDENCE_PRIORS);
+        chain.push(Box::new(Unsure { floors: &floors, floor: 0.75 }), ctl);
+        let mut drafted = 0;
+        for _ in 0..60 {
+            if let Some(d) = chain.propose(&[0], 0, 8, &DraftPrices::both(price())) {
+                drafted += 1;
+                chain.judged(d.len());
+            }
+            chain.observe_step(1, 10.0);
+        }
+        let floors = floors.borrow();
+        // The first draft explores: no floor.
+        assert_eq!(floors[0], 0.0);
+        // What it taught (tokens of confidence 0.4 are accepted) brings the
+        // learnt floor down to them: drafting goes on, not only in probes.
+        assert!(drafted >= 50, "drafted in {drafted} of 60 steps; floors {floors:?}");
+        assert!(floors.last().is_some_and(|&f| f <= 0.4), "floors {floors:?}");
     }
 
     /// Steps of a second: a 50 ms draft token pays.
