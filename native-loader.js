@@ -25,7 +25,34 @@ function isNotFound(e, what) {
   return e && e.code === 'MODULE_NOT_FOUND' && String(e.message).includes(what)
 }
 
+// Source builds compute with libgomp (OpenMP), which reads its settings once,
+// when the addon loads it. Every engine has its own thread and so its own
+// OpenMP team: with two engines in a process there are more OpenMP threads
+// than cores, and libgomp then spins only 100 times at each of ggml's
+// barriers (hundreds per token) before sleeping in the kernel, which halved
+// decoding speed while the other engine sat idle (measured: 39–48 tokens/s
+// against 85–98). OMP_WAIT_POLICY=active raises that spin to 1000;
+// GOMP_SPINCOUNT keeps a lone team's spin at libgomp's default (300000,
+// a few ms), so an idle engine still sleeps. Set only while the addon loads
+// (child processes do not inherit them) and never over the host's own.
+function withOpenMpSettings(load) {
+  const env = process.env
+  if (env.OMP_WAIT_POLICY !== undefined || env.GOMP_SPINCOUNT !== undefined) return load()
+  env.OMP_WAIT_POLICY = 'active'
+  env.GOMP_SPINCOUNT = '300000'
+  try {
+    return load()
+  } finally {
+    delete env.OMP_WAIT_POLICY
+    delete env.GOMP_SPINCOUNT
+  }
+}
+
 function loadNative() {
+  return withOpenMpSettings(findNative)
+}
+
+function findNative() {
   const triple = platformTriple()
   const tried = []
   const override = process.env.LLAMA_ENGINE_ADDON

@@ -83,3 +83,19 @@ test('LLAMA_ENGINE_ADDON loads the addon from a given path', () => {
   expect(r.stderr).toBe('')
   expect(r.stdout.trim()).toBe('function')
 })
+
+test("libgomp's spin settings apply while the addon loads and are not left in the host's environment", () => {
+  const script = `require(${JSON.stringify(root)}); console.log(JSON.stringify([process.env.OMP_WAIT_POLICY ?? null, process.env.GOMP_SPINCOUNT ?? null]))`
+  const run = (extra) => spawnSync(process.execPath, ['-e', script], { env: { ...process.env, OMP_DISPLAY_ENV: 'verbose', ...extra }, encoding: 'utf8' })
+  const ours = run({})
+  expect(JSON.parse(ours.stdout.trim().split('\n').pop())).toEqual([null, null])
+  // A source build links libgomp, which prints what it read (OMP_DISPLAY_ENV).
+  if (ours.stderr.includes('OPENMP DISPLAY ENVIRONMENT')) {
+    expect(ours.stderr).toMatch(/OMP_WAIT_POLICY = 'ACTIVE'/)
+    expect(ours.stderr).toMatch(/GOMP_SPINCOUNT = '300000'/)
+  }
+  // The host's own setting wins and stays.
+  const host = run({ OMP_WAIT_POLICY: 'passive' })
+  expect(JSON.parse(host.stdout.trim().split('\n').pop())).toEqual(['passive', null])
+  if (host.stderr.includes('OPENMP DISPLAY ENVIRONMENT')) expect(host.stderr).toMatch(/OMP_WAIT_POLICY = 'PASSIVE'/)
+})
