@@ -12,13 +12,15 @@
 //! - `text`: UTF-8 and stop strings, events and results;
 //! - `embed`: embedding requests checked, token vectors pooled;
 //! - `error`: the one error type and its stable codes;
-//! - `files`: atomic writes.
+//! - `files`: atomic writes;
+//! - `gguf`: model files read and checked before llama.cpp sees them.
 
 pub mod cache;
 pub mod chat;
 pub mod embed;
 pub mod error;
 pub mod files;
+pub mod gguf;
 pub mod request;
 pub mod sampling;
 pub mod speculation;

@@ -17,6 +17,7 @@
 //! - `draft_model.rs`: the draft model as a drafter, per slot;
 //! - `calibrate.rs`: batch costs and the batch-invariance self-check;
 //! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
+//! - `llama_log.rs`: llama.cpp's log, silent, kept while a model loads;
 //! - `gpu.rs`: the GPU back end, its probe, and why none computes.
 
 mod attention_check;
@@ -28,6 +29,7 @@ pub mod embed;
 pub mod ggml_setup;
 pub mod gpu;
 pub mod kv;
+pub mod llama_log;
 pub mod model;
 pub mod sampler;
 mod session;

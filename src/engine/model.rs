@@ -11,10 +11,11 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
-use super::ggml_setup;
+use super::{ggml_setup, llama_log};
 use crate::core::chat::ChatTemplate;
 use crate::core::embed::Pooling;
 use crate::core::error::{EngineError, ErrorCode, Result};
+use crate::core::gguf;
 pub use crate::core::request::options::EngineOptions;
 
 /// Reports model loading progress, 0..1.
@@ -27,18 +28,12 @@ pub fn backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
+            llama_log::install();
             ggml_setup::turn_off_tiled_matmul();
             #[cfg(feature = "prebuilt")]
             ggml_setup::load_cpu_backend()?;
             super::gpu::start();
-            let backend = LlamaBackend::init()
-                .map(|mut b| {
-                    if std::env::var_os("LLAMA_ENGINE_LOG").is_none() {
-                        b.void_logs();
-                    }
-                    b
-                })
-                .map_err(|e| e.to_string())?;
+            let backend = LlamaBackend::init().map_err(|e| e.to_string())?;
             ggml_setup::disable_extra_buffer_types();
             Ok(backend)
         })
@@ -90,7 +85,10 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Re
     if !meta.is_file() {
         return Err(fail("not a file".into()));
     }
-    check_gguf_magic(Path::new(path)).map_err(fail)?;
+    // The file is untrusted: read and checked before llama.cpp sees it,
+    // whose asserts on a bad header or hyperparameter abort the process.
+    let file = gguf::read_gguf(Path::new(path)).map_err(|e| fail(e.0))?;
+    gguf::check_model(&file).map_err(fail)?;
     let backend = backend()?;
     let mut params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
     if gpu_layers == 0 || !super::gpu::has_device() {
@@ -105,9 +103,36 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Re
             true
         });
     }
-    let model = LlamaModel::load_from_file(backend, path, &params)
-        .map_err(|e| fail(format!("llama.cpp could not load it ({e}); is it a complete GGUF model?")))?;
+    let (loaded, log) = llama_log::capture(|| LlamaModel::load_from_file(backend, path, &params));
+    let model = loaded.map_err(|e| {
+        fail(match llama_log::reason(&log) {
+            Some(why) => format!("llama.cpp refused it: {why}"),
+            None => format!("llama.cpp could not load it ({e}) and logged no reason"),
+        })
+    })?;
+    check_loaded(&model).map_err(fail)?;
     Ok(Arc::new(model))
+}
+
+/// What llama.cpp asserts on later, when the model is used, checked once it
+/// is loaded: a vocabulary whose BOS or EOS the model adds must have them.
+fn check_loaded(model: &LlamaModel) -> std::result::Result<(), String> {
+    let vocab = model.vocab();
+    let n_vocab = model.n_vocab();
+    if n_vocab <= 0 {
+        return Err(format!("its vocabulary has {n_vocab} tokens"));
+    }
+    let valid = |t: LlamaToken| (0..n_vocab).contains(&t.0);
+    if vocab.should_add_bos() && !valid(vocab.bos()) {
+        return Err(format!("it asks for a BOS token before every prompt but has none (id {})", vocab.bos().0));
+    }
+    if vocab.should_add_eos() && !valid(vocab.eos()) {
+        return Err(format!("it asks for an EOS token after every prompt but has none (id {})", vocab.eos().0));
+    }
+    if model.n_embd() <= 0 || model.n_layer() == 0 {
+        return Err("it has no layers".into());
+    }
+    Ok(())
 }
 
 /// Tokens of a prompt a chat template rendered: special tokens parsed, and
@@ -149,18 +174,6 @@ pub fn special_token(model: &LlamaModel, text: &str) -> Option<u32> {
         }
         _ => None,
     }
-}
-
-/// llama.cpp accepts any file and fails deep inside; a magic check gives a
-/// clear message for the common mistake of pointing at the wrong file.
-fn check_gguf_magic(path: &Path) -> std::result::Result<(), String> {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).map_err(|e| format!("cannot read it ({e})"))?;
-    if &magic != b"GGUF" {
-        return Err("not a GGUF file".into());
-    }
-    Ok(())
 }
 
 /// A context of `n_ctx` cells in all for `n_seq` sequences: with
@@ -245,7 +258,8 @@ pub fn quantize(input: &str, output: &str, ftype: &str) -> Result<()> {
         return Err(EngineError::invalid("ftype", format!("unsupported: {ftype} ({})", names.join(", "))));
     };
     let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{input}: {why}"));
-    check_gguf_magic(Path::new(input)).map_err(fail)?;
+    let file = gguf::read_gguf(Path::new(input)).map_err(|e| fail(e.0))?;
+    gguf::check_model(&file).map_err(fail)?;
     backend()?;
     let cin = std::ffi::CString::new(input).map_err(|_| EngineError::invalid("input", "contains NUL"))?;
     let cout = std::ffi::CString::new(output).map_err(|_| EngineError::invalid("output", "contains NUL"))?;
@@ -288,4 +302,22 @@ pub fn check_compatible(target: &LlamaModel, draft: &LlamaModel) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::core::gguf::TensorType;
+
+    /// The core's table of tensor types is ggml's, type by type.
+    #[test]
+    fn tensor_types_match_the_linked_ggml() {
+        for id in 0..llama_cpp_sys_2::GGML_TYPE_COUNT {
+            // SAFETY: plain lookups in ggml's static type table.
+            let (block, size) = unsafe { (llama_cpp_sys_2::ggml_blck_size(id) as u64, llama_cpp_sys_2::ggml_type_size(id) as u64) };
+            match TensorType::from_id(id) {
+                Some(t) => assert_eq!((t.block_size, t.block_bytes), (block, size), "type {id} ({})", t.name),
+                None => assert_eq!(block, 0, "ggml has type {id}; the core's table does not"),
+            }
+        }
+    }
 }

@@ -20,6 +20,7 @@ use super::calibrate::{calibrate, calibration_tokens, Limits};
 use super::compile::CompileThread;
 use super::draft_model::DraftContext;
 use super::embed::{EmbedJob, Embedder};
+use super::llama_log;
 use super::model::{self, EngineOptions, ModelInfo, Progress};
 use super::shared::{Published, Shared};
 use super::slot::{KeptController, Slot, Stop};
@@ -111,18 +112,22 @@ impl<'m> Worker<'m> {
     pub fn new(models: &'m Models, opts: &EngineOptions, shared: Arc<Shared>) -> Result<Self> {
         let info = &models.info;
         let parallel = info.parallel;
-        let load_err = |what: &str, path: &str, e: String| {
-            EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: cannot create the {what} context ({e})"))
+        let load_err = |what: &str, path: &str, e: String, log: Vec<(llama_log::Level, String)>| {
+            let why = llama_log::reason(&log).unwrap_or(e);
+            EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: cannot create the {what} context ({why})"))
         };
         // One KV stream per slot: a request's attention then sums over its
         // own cells in the order plain decoding does, whoever shares the
         // batch (a unified cache would interleave neighbours' cells).
         let params = model::context_params(opts, info.n_ctx * parallel as u32, parallel as u32, false);
-        let ctx = models.target.new_context(model::backend()?, params).map_err(|e| load_err("target", &opts.model_path, e.to_string()))?;
+        let backend = model::backend()?;
+        let (ctx, log) = llama_log::capture(|| models.target.new_context(backend, params));
+        let ctx = ctx.map_err(|e| load_err("target", &opts.model_path, e.to_string(), log))?;
         let draft = match (&models.draft, &opts.draft_model_path) {
             (Some(m), Some(path)) => {
                 let params = model::context_params(opts, info.n_ctx * parallel as u32, DraftContext::sequences(parallel), true);
-                let dctx = m.new_context(model::backend()?, params).map_err(|e| load_err("draft", path, e.to_string()))?;
+                let (dctx, log) = llama_log::capture(|| m.new_context(backend, params));
+                let dctx = dctx.map_err(|e| load_err("draft", path, e.to_string(), log))?;
                 Some(Rc::new(RefCell::new(DraftContext::new(dctx, parallel, info.n_batch as usize))))
             }
             _ => None,

@@ -1,0 +1,250 @@
+//! A model file's hyperparameters checked where llama.cpp asserts on them
+//! (an assert aborts the whole process): layer and expert counts, the
+//! sizes that become tensor shapes before llama.cpp compares them with the
+//! file's (a shape of 0, or a product that wraps in 32 bits, is an assert),
+//! head counts and their ratio, rope dimensions, the rope scaling type.
+//! Shapes that are merely wrong are left to llama.cpp, which refuses them
+//! with a message of its own.
+
+use super::read::{GgufFile, Value, ValueType};
+
+/// llama.cpp's limits (llama-hparams.h).
+const MAX_LAYERS: i128 = 512;
+const MAX_EXPERTS: i128 = 1024;
+/// Sizes that become tensor dimensions: above this, products of two of
+/// them (head size × heads) could wrap in llama.cpp's 32-bit arithmetic.
+/// Real models stay far below (the largest embedding is 2^15, the largest
+/// vocabulary under 2^20).
+const MAX_SIZE: i128 = 1 << 24;
+/// Lengths in tokens (context, sliding window): stored as u32 by
+/// llama.cpp, used as signed 32-bit counts.
+const MAX_TOKENS: i128 = i32::MAX as i128;
+const ROPE_SCALING: [&str; 4] = ["none", "linear", "yarn", "longrope"];
+
+/// Architectures that are not language models a context can run.
+const NOT_GENERATIVE: [&str; 2] = ["clip", "mmproj"];
+
+/// What is wrong with the model in `file`, if anything llama.cpp would
+/// assert on.
+pub fn check_model(file: &GgufFile) -> Result<(), String> {
+    let arch = match file.get("general.architecture") {
+        Some(Value::Str(a)) if !a.is_empty() => a.as_str(),
+        Some(v) => return Err(format!("general.architecture is a {}, not a name", v.type_of().name())),
+        None => return Err("no general.architecture: not a model file (an adapter or a projector?)".into()),
+    };
+    if NOT_GENERATIVE.contains(&arch) {
+        return Err(format!("a '{arch}' file (a vision projector), not a language model"));
+    }
+    let h = Hparams { file, arch };
+
+    let n_layer = h.int("block_count")?.ok_or_else(|| format!("{arch}.block_count is missing"))?;
+    if !(1..=MAX_LAYERS).contains(&n_layer) {
+        return Err(format!("{arch}.block_count is {n_layer}; llama.cpp loads 1 to {MAX_LAYERS} layers"));
+    }
+    if let Some(nextn) = h.int("nextn_predict_layers")? {
+        if !(0..=n_layer).contains(&nextn) {
+            return Err(format!("{arch}.nextn_predict_layers is {nextn}, not within the {n_layer} layers"));
+        }
+    }
+    for key in ["context_length", "rope.scaling.original_context_length", "attention.sliding_window"] {
+        h.within(key, 0, MAX_TOKENS)?;
+    }
+    let n_embd = h.int("embedding_length")?.ok_or_else(|| format!("{arch}.embedding_length is missing"))?;
+    if !(1..=MAX_SIZE).contains(&n_embd) {
+        return Err(format!("{arch}.embedding_length is {n_embd}; expected 1 to {MAX_SIZE}"));
+    }
+    // Every other integer of the architecture is a size or a count: none
+    // may be negative or large enough to overflow a shape.
+    for (key, value) in &file.metadata {
+        let Some(name) = key.strip_prefix(arch).and_then(|k| k.strip_prefix('.')) else { continue };
+        if ["context_length", "rope.scaling.original_context_length", "attention.sliding_window"].contains(&name) {
+            continue;
+        }
+        let values: Vec<i128> = match value {
+            Value::Int(_, v) => vec![*v],
+            Value::Array { ints: Some(v), .. } => v.clone(),
+            _ => continue,
+        };
+        if let Some(v) = values.iter().find(|&&v| !((0..=MAX_SIZE).contains(&v) || v == -1 && signed(value))) {
+            return Err(format!("{key} is {v}; expected 0 to {MAX_SIZE}"));
+        }
+    }
+
+    check_experts(&h, n_layer)?;
+
+    let per_layer = |key: &str| -> Result<Option<Vec<i128>>, String> {
+        match file.get(&format!("{arch}.{key}")) {
+            None => Ok(None),
+            Some(Value::Int(_, v)) => Ok(Some(vec![*v; n_layer as usize])),
+            Some(Value::Array { ints: Some(v), len, .. }) => {
+                if *len != n_layer as u64 {
+                    return Err(format!("{arch}.{key} has {len} values for {n_layer} layers"));
+                }
+                Ok(Some(v.clone()))
+            }
+            Some(v) => Err(format!("{arch}.{key} is a {}, not a number or one per layer", v.type_of().name())),
+        }
+    };
+    let heads = per_layer("attention.head_count")?.unwrap_or_else(|| vec![0; n_layer as usize]);
+    let heads_kv = per_layer("attention.head_count_kv")?.unwrap_or_else(|| heads.clone());
+    let scalar_kv = matches!(file.get(&format!("{arch}.attention.head_count_kv")), Some(Value::Int(..)));
+    for (il, (&nh, &nkv)) in heads.iter().zip(&heads_kv).enumerate() {
+        if nh > 0 && nkv == 0 && scalar_kv {
+            return Err(format!("{arch}.attention.head_count_kv is 0 while layers have {nh} query heads"));
+        }
+        if nkv > nh && nh > 0 {
+            return Err(format!("layer {il}: more key/value heads ({nkv}) than query heads ({nh})"));
+        }
+        if nh > 0 && nkv > 0 && nh % nkv != 0 {
+            return Err(format!("layer {il}: {nh} query heads cannot share {nkv} key/value heads (not a divisor)"));
+        }
+    }
+    let n_head = heads.iter().copied().max().unwrap_or(0);
+    let attention = has_tensor(file, &["attn_q", "attn_qkv", "attn_k", "attn_v", "attn_output"]);
+    if n_head == 0 && attention {
+        return Err(format!("{arch}.attention.head_count is 0 (or missing) but the layers have attention weights"));
+    }
+    if n_head > 0 {
+        let head_k = h.int("attention.key_length")?.unwrap_or(n_embd / n_head);
+        let head_v = h.int("attention.value_length")?.unwrap_or(n_embd / n_head);
+        for (what, size) in [("key", head_k), ("value", head_v)] {
+            if size < 1 {
+                return Err(format!(
+                    "the attention {what} size is {size} ({arch}.attention.{what}_length, or embedding_length / head_count = {n_embd} / {n_head})"
+                ));
+            }
+            if size * n_head > MAX_SIZE {
+                return Err(format!("attention {what} size {size} × {n_head} heads overflows"));
+            }
+        }
+        if let Some(n_rot) = h.int("rope.dimension_count")? {
+            if n_rot > head_k || n_rot % 2 != 0 {
+                return Err(format!(
+                    "{arch}.rope.dimension_count is {n_rot}; rope rotates an even number of dimensions, at most the head size {head_k}"
+                ));
+            }
+        }
+    }
+    if let Some(ff) = per_layer("feed_forward_length")? {
+        if ff.iter().all(|&f| f == 0) && has_tensor(file, &["ffn_up", "ffn_down", "ffn_gate"]) {
+            return Err(format!("{arch}.feed_forward_length is 0 but the layers have feed-forward weights"));
+        }
+    }
+    if let Some(Value::Str(s)) = file.get(&format!("{arch}.rope.scaling.type")) {
+        if !ROPE_SCALING.contains(&s.as_str()) {
+            return Err(format!("{arch}.rope.scaling.type is '{s}'; llama.cpp knows {}", ROPE_SCALING.join(", ")));
+        }
+    }
+    check_vocabulary(file)
+}
+
+/// Whether a value of a signed type (where -1 may mean "unset").
+fn signed(v: &Value) -> bool {
+    matches!(v, Value::Int(ValueType::I8 | ValueType::I16 | ValueType::I32 | ValueType::I64, _))
+        || matches!(v, Value::Array { elem: ValueType::I8 | ValueType::I16 | ValueType::I32 | ValueType::I64, .. })
+}
+
+/// Mixture-of-experts counts, as llama.cpp asserts them.
+fn check_experts(h: &Hparams, n_layer: i128) -> Result<(), String> {
+    let arch = h.arch;
+    let n_expert = h.int("expert_count")?.unwrap_or(0);
+    if !(0..=MAX_EXPERTS).contains(&n_expert) {
+        return Err(format!("{arch}.expert_count is {n_expert}; llama.cpp loads at most {MAX_EXPERTS}"));
+    }
+    let used = match h.file.get(&format!("{arch}.expert_used_count")) {
+        None => 0,
+        Some(Value::Int(_, v)) => *v,
+        Some(Value::Array { ints: Some(v), len, .. }) if *len == n_layer as u64 => v.iter().copied().max().unwrap_or(0),
+        Some(Value::Array { len, .. }) => return Err(format!("{arch}.expert_used_count has {len} values for {n_layer} layers")),
+        Some(v) => return Err(format!("{arch}.expert_used_count is a {}", v.type_of().name())),
+    };
+    let groups = h.int("expert_group_count")?.unwrap_or(0);
+    let groups_used = h.int("expert_group_used_count")?.unwrap_or(0);
+    if used > n_expert {
+        return Err(format!("{arch}.expert_used_count ({used}) is more than expert_count ({n_expert})"));
+    }
+    if n_expert > 0 {
+        if used == 0 {
+            return Err(format!("{arch}.expert_count is {n_expert} but expert_used_count is 0"));
+        }
+        if groups >= n_expert {
+            return Err(format!("{arch}.expert_group_count ({groups}) must be below expert_count ({n_expert})"));
+        }
+        if groups > 1 && (n_expert % groups != 0 || groups_used < 1 || groups_used >= groups) {
+            return Err(format!("{arch}: {n_expert} experts in {groups} groups with {groups_used} used is not a valid grouping"));
+        }
+    } else if used != 0 || groups != 0 {
+        return Err(format!("{arch}: expert_used_count / expert_group_count set without experts"));
+    }
+    Ok(())
+}
+
+/// The vocabulary's arrays and ids, where llama.cpp reads them raw.
+fn check_vocabulary(file: &GgufFile) -> Result<(), String> {
+    let n_tokens = match file.get("tokenizer.ggml.tokens") {
+        Some(Value::Array { elem: ValueType::String, len, .. }) => *len,
+        Some(v) => return Err(format!("tokenizer.ggml.tokens is a {}, not a list of strings", v.type_of().name())),
+        None => return Err("no vocabulary (tokenizer.ggml.tokens)".into()),
+    };
+    if n_tokens == 0 || n_tokens > i32::MAX as u64 {
+        return Err(format!("tokenizer.ggml.tokens has {n_tokens} tokens"));
+    }
+    for (key, elems) in
+        [("tokenizer.ggml.scores", &[ValueType::F32, ValueType::I32][..]), ("tokenizer.ggml.token_type", &[ValueType::I32][..])]
+    {
+        match file.get(key) {
+            None => {}
+            Some(Value::Array { elem, len, .. }) if elems.contains(elem) && *len < n_tokens => {
+                return Err(format!("{key} has {len} entries for {n_tokens} tokens"));
+            }
+            Some(Value::Array { elem, .. }) if elems.contains(elem) => {}
+            Some(v) => return Err(format!("{key} has the wrong type ({})", v.type_of().name())),
+        }
+    }
+    match file.get("tokenizer.ggml.model") {
+        // SentencePiece spells what it cannot split byte by byte.
+        Some(Value::Str(m)) if m == "llama" => {
+            if let Some(b) = (0..256).find(|&b| !file.byte_tokens[b]) {
+                return Err(format!(
+                    "the SentencePiece vocabulary has no token for byte 0x{b:02X} (<0x{b:02X}>): llama.cpp cannot tokenize text it does not cover"
+                ));
+            }
+        }
+        Some(Value::Str(_)) | None => {}
+        Some(v) => return Err(format!("tokenizer.ggml.model is a {}, not a name", v.type_of().name())),
+    }
+    Ok(())
+}
+
+fn has_tensor(file: &GgufFile, kinds: &[&str]) -> bool {
+    file.tensors.iter().any(|t| {
+        t.name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')).is_some_and(|(_, name)| kinds.iter().any(|k| name.starts_with(k)))
+    })
+}
+
+/// The architecture's own keys (`<arch>.<key>`).
+struct Hparams<'a> {
+    file: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl Hparams<'_> {
+    /// An integer key, if present; another type is an error (llama.cpp
+    /// would refuse it too, but with the key's name this is clearer).
+    fn int(&self, key: &str) -> Result<Option<i128>, String> {
+        let full = format!("{}.{key}", self.arch);
+        match self.file.get(&full) {
+            None => Ok(None),
+            Some(Value::Int(_, v)) => Ok(Some(*v)),
+            Some(Value::Array { ints: Some(v), .. }) => Ok(v.iter().copied().max()),
+            Some(v) => Err(format!("{full} is a {}, not an integer", v.type_of().name())),
+        }
+    }
+
+    fn within(&self, key: &str, lo: i128, hi: i128) -> Result<(), String> {
+        match self.int(key)? {
+            Some(v) if !(lo..=hi).contains(&v) => Err(format!("{}.{key} is {v}; expected {lo} to {hi}", self.arch)),
+            _ => Ok(()),
+        }
+    }
+}
