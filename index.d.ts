@@ -439,6 +439,22 @@ export declare class LlamaEngine {
       addGenerationPrompt?: boolean
     } & Pick<CompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls' | 'chat_template_kwargs'>,
   ): string
+  /**
+   * `tokenize` off the JS thread (a thread of libuv's pool): text of any
+   * size without holding the event loop. `withPieces` gives each token
+   * with its own text, as llama.cpp's `/tokenize` does.
+   */
+  tokenizeAsync(text: string, options?: { addBos?: boolean; special?: boolean; withPieces?: false }): Promise<number[]>
+  tokenizeAsync(text: string, options: { addBos?: boolean; special?: boolean; withPieces: true }): Promise<{ id: number; piece: string }[]>
+  /** `detokenize` off the JS thread. */
+  detokenizeAsync(tokens: number[]): Promise<string>
+  /** `applyChatTemplate` off the JS thread. */
+  applyChatTemplateAsync(
+    messages: ChatMessage[],
+    options?: {
+      addGenerationPrompt?: boolean
+    } & Pick<CompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls' | 'chat_template_kwargs'>,
+  ): Promise<string>
   complete(
     request: CompletionRequest | string,
     onEvent?: ((event: CompletionEvent) => void) | null,

@@ -8,7 +8,9 @@ const { loadNative, platformTriple } = require('./native-loader.js')
 const { setupGpu } = require('./gpu.js')
 
 const native = loadNative()
-const { NativeEngine, quantizeModel: nativeQuantize } = native.binding
+const { NativeEngine, NativeVocab, quantizeModel: nativeQuantize } = native.binding
+// Loaded on first use: the child-process engine (`isolation: 'process'`).
+let isolation = null
 
 /** Every error code the engine uses (the addon's list). */
 const errorCodes = Object.freeze(native.binding.errorCodes())
@@ -70,12 +72,35 @@ function checkSignal(signal) {
   return signal
 }
 
+function checkTokens(tokens) {
+  if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t) && t >= -(2 ** 31) && t < 2 ** 31)) {
+    throw engineError('INVALID_REQUEST', 'tokens: expected an array of integer token ids')
+  }
+}
+
+/** An applyChatTemplate call's messages and options, checked, as the JSON request the addon renders. */
+function templateRequest(messages, options) {
+  if (options === null || typeof options !== 'object') throw engineError('INVALID_REQUEST', 'options: expected an object')
+  const { addGenerationPrompt = true, ...fields } = options
+  if (typeof addGenerationPrompt !== 'boolean') throw engineError('INVALID_REQUEST', 'addGenerationPrompt: expected a boolean')
+  const unknown = Object.keys(fields).find((k) => !TEMPLATE_FIELDS.includes(k))
+  if (unknown !== undefined) {
+    throw engineError('INVALID_REQUEST', `options.${unknown}: not an option of applyChatTemplate (addGenerationPrompt, ${TEMPLATE_FIELDS.join(', ')})`)
+  }
+  if (!Array.isArray(messages)) throw engineError('INVALID_REQUEST', 'messages: expected an array of messages')
+  try {
+    return { json: JSON.stringify({ ...fields, messages }, replacer), addGenerationPrompt }
+  } catch (e) {
+    throw engineError('INVALID_REQUEST', `messages: cannot be serialised (${e.message})`)
+  }
+}
+
 class LlamaEngine {
   #native
   #disposed = false
 
   constructor(native) {
-    if (!(native instanceof NativeEngine)) {
+    if (!(native instanceof NativeEngine || (isolation && native instanceof isolation.IsolatedNative))) {
       throw new TypeError('use LlamaEngine.load(options) to create an engine')
     }
     this.#native = native
@@ -90,6 +115,9 @@ class LlamaEngine {
     if (onProgress != null && typeof onProgress !== 'function') {
       throw engineError('INVALID_REQUEST', 'onProgress: expected a function')
     }
+    const { isolation: mode = 'none', restart = true } = rest
+    if (mode !== 'none' && mode !== 'process') throw engineError('INVALID_REQUEST', "isolation: expected 'none' or 'process'")
+    if (typeof restart !== 'boolean') throw engineError('INVALID_REQUEST', 'restart: expected a boolean')
     let json
     try {
       json = JSON.stringify(rest, replacer)
@@ -106,6 +134,11 @@ class LlamaEngine {
         }
       : undefined
     try {
+      if (mode === 'process') {
+        isolation ??= require('./isolation.js')
+        const openVocab = (optionsJson) => NativeVocab.load(optionsJson)
+        return new LlamaEngine(await isolation.IsolatedNative.start(json, progress, { restart, openVocab }))
+      }
       await setupGpu(native.binding, platformTriple())
       return new LlamaEngine(await NativeEngine.load(json, progress))
     } catch (e) {
@@ -130,9 +163,7 @@ class LlamaEngine {
 
   detokenize(tokens) {
     this.#check()
-    if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t))) {
-      throw engineError('INVALID_REQUEST', 'tokens: expected an array of integer token ids')
-    }
+    checkTokens(tokens)
     try {
       return this.#native.detokenize(tokens)
     } catch (e) {
@@ -148,22 +179,50 @@ class LlamaEngine {
    */
   applyChatTemplate(messages, options = {}) {
     this.#check()
-    if (options === null || typeof options !== 'object') throw engineError('INVALID_REQUEST', 'options: expected an object')
-    const { addGenerationPrompt = true, ...fields } = options
-    if (typeof addGenerationPrompt !== 'boolean') throw engineError('INVALID_REQUEST', 'addGenerationPrompt: expected a boolean')
-    const unknown = Object.keys(fields).find((k) => !TEMPLATE_FIELDS.includes(k))
-    if (unknown !== undefined) {
-      throw engineError('INVALID_REQUEST', `options.${unknown}: not an option of applyChatTemplate (addGenerationPrompt, ${TEMPLATE_FIELDS.join(', ')})`)
-    }
-    if (!Array.isArray(messages)) throw engineError('INVALID_REQUEST', 'messages: expected an array of messages')
-    let json
-    try {
-      json = JSON.stringify({ ...fields, messages }, replacer)
-    } catch (e) {
-      throw engineError('INVALID_REQUEST', `messages: cannot be serialised (${e.message})`)
-    }
+    const { json, addGenerationPrompt } = templateRequest(messages, options)
     try {
       return this.#native.applyChatTemplate(json, addGenerationPrompt)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /**
+   * `tokenize` off the JS thread (a thread of libuv's pool), for text of any
+   * size: the event loop goes on meanwhile. `withPieces: true` resolves
+   * `{ id, piece }[]`, each token with its own text.
+   */
+  async tokenizeAsync(text, options = {}) {
+    this.#check()
+    if (typeof text !== 'string') throw engineError('INVALID_REQUEST', 'text: expected a string')
+    const { addBos = false, special = false, withPieces = false } = options || {}
+    try {
+      const ids = await this.#native.tokenizeAsync(text, Boolean(addBos), Boolean(special))
+      if (!withPieces) return ids
+      const pieces = await this.#native.detokenizeAsync(ids, true)
+      return ids.map((id, i) => ({ id, piece: pieces[i] }))
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /** `detokenize` off the JS thread. */
+  async detokenizeAsync(tokens) {
+    this.#check()
+    checkTokens(tokens)
+    try {
+      return await this.#native.detokenizeAsync(tokens, false)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /** `applyChatTemplate` off the JS thread. */
+  async applyChatTemplateAsync(messages, options = {}) {
+    this.#check()
+    const { json, addGenerationPrompt } = templateRequest(messages, options)
+    try {
+      return await this.#native.applyChatTemplateAsync(json, addGenerationPrompt)
     } catch (e) {
       throw coded(e)
     }
@@ -397,7 +456,8 @@ class LlamaEngine {
 
   status() {
     if (this.#disposed) return { queued: 0, active: 0, busy: false, disposed: true }
-    return { ...this.#native.status(), addon: native.from }
+    if (!(this.#native instanceof NativeEngine)) return this.#native.status()
+    return { ...this.#native.status(), addon: native.from, isolation: { mode: 'none', pid: process.pid, restarts: 0 } }
   }
 
   /** Writes the dynamic n-gram cache (llama.cpp's lookup format) to `path` or to `ngramCachePath`. */

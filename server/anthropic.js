@@ -166,11 +166,15 @@ function toEngine(body, { count = false } = {}) {
   return { request, paramOf }
 }
 
-/** Prompt tokens of a request: its messages rendered with the chat template (and tool preamble), tokenised. */
-function promptTokens(engine, request) {
+/**
+ * Prompt tokens of a request: its messages rendered with the chat template
+ * (and tool preamble), tokenised — off the event loop, whatever their size.
+ */
+async function promptTokens(engine, request) {
   const { messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs } = request
   const fields = Object.fromEntries(Object.entries({ tools, tool_choice, parallel_tool_calls, chat_template_kwargs }).filter(([, v]) => v !== undefined))
-  return engine.tokenize(engine.applyChatTemplate(messages, fields), { special: true }).length
+  const text = await engine.applyChatTemplateAsync(messages, fields)
+  return (await engine.tokenizeAsync(text, { special: true })).length
 }
 
 function stopOf(result, body) {
@@ -302,15 +306,11 @@ async function messages(ctx) {
     ctx.json(200, { ...head, type: 'message', role: 'assistant', content: contentOf(result), ...stopOf(result, body), usage: usageOf(result) })
     return
   }
+  // message_start carries the prompt's size before any token: estimated
+  // here (the exact count comes with message_delta at the end).
+  const estimate = await promptTokens(ctx.engine, request).catch(() => 0)
   const sse = ctx.sse()
-  const estimate = () => {
-    try {
-      return promptTokens(ctx.engine, request)
-    } catch {
-      return 0
-    }
-  }
-  const events = new MessageEvents(sse, head, estimate)
+  const events = new MessageEvents(sse, head, () => estimate)
   ctx.onStreamError = (e) => events.fail(e, anthropicErrorBody)
   const result = await ctx.generate(request, (event) => {
     if (event.type === 'token') events.token(event)
@@ -323,7 +323,7 @@ async function countTokens(ctx) {
   const body = await ctx.body()
   const { request, paramOf } = toEngine(body, { count: true })
   ctx.paramOf = paramOf
-  ctx.json(200, { input_tokens: promptTokens(ctx.engine, request) })
+  ctx.json(200, { input_tokens: await promptTokens(ctx.engine, request) })
 }
 
 module.exports = {

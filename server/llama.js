@@ -32,18 +32,19 @@ async function completion(ctx) {
 async function tokenize(ctx) {
   const body = await ctx.body()
   if (typeof body.content !== 'string') throw invalid('content', 'expected a string')
-  const ids = ctx.engine.tokenize(body.content, {
+  // Off the event loop: a body of megabytes takes seconds to tokenize.
+  const tokens = await ctx.engine.tokenizeAsync(body.content, {
     addBos: body.add_special === true,
     // llama.cpp's server parses control tokens such as <|im_start|> here.
     special: body.parse_special !== false,
+    withPieces: body.with_pieces === true,
   })
-  const tokens = body.with_pieces === true ? ids.map((id) => ({ id, piece: ctx.engine.detokenize([id]) })) : ids
   ctx.json(200, { tokens })
 }
 
 async function detokenize(ctx) {
   const body = await ctx.body()
-  ctx.json(200, { content: ctx.engine.detokenize(body.tokens ?? []) })
+  ctx.json(200, { content: await ctx.engine.detokenizeAsync(body.tokens ?? []) })
 }
 
 module.exports = {

@@ -6,7 +6,6 @@
 mod error;
 mod sink;
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
@@ -17,8 +16,8 @@ use serde_json::{json, Value};
 use crate::core::error::{EngineError, ErrorCode, Result as EngineResult};
 use crate::core::request::fields::request_fields_json;
 use crate::core::request::options::{parse_engine_options, EngineOptions};
-use crate::core::request::{parse_request_json, RequestLimits};
-use crate::engine::{Engine, Job, Progress};
+use crate::engine::vocab::Vocab;
+use crate::engine::{Engine, Progress};
 use error::{js_error, or_throw};
 use sink::JsEventSink;
 
@@ -76,8 +75,10 @@ impl EngineTask for LoadTask {
         Engine::load(options, progress)
     }
 
-    fn to_js(&mut self, _env: &Env, engine: Engine) -> Result<NativeEngine> {
-        Ok(NativeEngine { engine: Arc::new(engine) })
+    fn to_js(&mut self, env: &Env, engine: Engine) -> Result<NativeEngine> {
+        let engine = Arc::new(engine);
+        engine.start_preparing().map_err(|e| js_error(env, e))?;
+        Ok(NativeEngine { engine })
     }
 }
 
@@ -122,6 +123,49 @@ impl EngineTask for SaveNgramTask {
     }
 }
 
+/// Text work of any size, off the JS thread.
+pub enum TextOp {
+    Tokenize { text: String, add_bos: bool, special: bool },
+    Detokenize { tokens: Vec<i32>, pieces: bool },
+    Template { request_json: String, add_generation_prompt: bool },
+}
+
+pub struct TextTask {
+    vocab: Arc<Vocab>,
+    op: TextOp,
+}
+
+pub enum TextOut {
+    Tokens(Vec<i32>),
+    Text(String),
+    Pieces(Vec<String>),
+}
+
+impl EngineTask for TextTask {
+    type Output = TextOut;
+    type JsValue = Either3<Vec<i32>, String, Vec<String>>;
+
+    fn run(&mut self) -> EngineResult<TextOut> {
+        let vocab = &self.vocab;
+        match &self.op {
+            TextOp::Tokenize { text, add_bos, special } => vocab.tokenize(text, *add_bos, *special).map(TextOut::Tokens),
+            TextOp::Detokenize { tokens, pieces: false } => vocab.detokenize(tokens).map(TextOut::Text),
+            TextOp::Detokenize { tokens, pieces: true } => vocab.pieces(tokens).map(TextOut::Pieces),
+            TextOp::Template { request_json, add_generation_prompt } => {
+                vocab.render_json(request_json, *add_generation_prompt).map(TextOut::Text)
+            }
+        }
+    }
+
+    fn to_js(&mut self, _env: &Env, out: TextOut) -> Result<Self::JsValue> {
+        Ok(match out {
+            TextOut::Tokens(t) => Either3::A(t),
+            TextOut::Text(t) => Either3::B(t),
+            TextOut::Pieces(p) => Either3::C(p),
+        })
+    }
+}
+
 pub struct QuantizeTask {
     input: String,
     output: String,
@@ -162,64 +206,72 @@ impl NativeEngine {
 
     #[napi(catch_unwind)]
     pub fn tokenize(&self, env: &Env, text: String, add_bos: bool, special: bool) -> Result<Vec<i32>> {
-        or_throw(env, self.engine.tokenize(&text, add_bos, special))
+        or_throw(env, self.engine.vocab().tokenize(&text, add_bos, special))
     }
 
     #[napi(catch_unwind)]
     pub fn detokenize(&self, env: &Env, tokens: Vec<i32>) -> Result<String> {
-        or_throw(env, self.engine.detokenize(&tokens))
+        or_throw(env, self.engine.vocab().detokenize(&tokens))
     }
 
-    /// Validates and queues a request; returns its job id. Every event, then
-    /// exactly one `done` event or an `Error`, arrives through `onEvent`.
+    /// Queues a request (JSON); returns its job id at once. It is parsed,
+    /// rendered and tokenized off the JS thread; every event, then exactly
+    /// one `done` event or an `Error` (an invalid request's too), arrives
+    /// through `onEvent`.
     #[napi(catch_unwind, ts_args_type = "requestJson: string, onEvent: (event: string | Error) => void")]
     pub fn submit(&self, env: &Env, request_json: String, on_event: Function<'_, String, ()>) -> Result<f64> {
-        let info = self.engine.info();
-        let limits = RequestLimits { n_vocab: info.n_vocab, n_ctx: info.n_ctx };
-        let request =
-            or_throw(env, if self.engine.is_closed() { Err(EngineError::disposed()) } else { parse_request_json(&request_json, &limits) })?;
-        let mut request = request;
-        or_throw(env, self.engine.prepare(&mut request))?;
+        if self.engine.is_closed() {
+            return or_throw(env, Err(EngineError::disposed()));
+        }
         let tsfn = JsEventSink::function(&on_event)?;
         let id = self.engine.next_job_id();
-        self.engine.submit(Job {
-            id,
-            request,
-            sink: Box::new(JsEventSink::new(tsfn)),
-            cancel: Arc::new(AtomicBool::new(false)),
-            session: None,
-            compiled: None,
-        });
+        self.engine.submit_json(id, request_json, Box::new(JsEventSink::new(tsfn)));
         Ok(id as f64)
     }
 
-    /// Checks and queues an `embed()` call (`{ input, normalize?, truncate? }`
-    /// as JSON); its answer (`{ embeddings: base64[], tokens }`, each vector's
-    /// little-endian f32 bytes) or its error arrives through `onEvent`.
+    /// Queues an `embed()` call (`{ input, normalize?, truncate? }` as
+    /// JSON), checked and tokenized off the JS thread; its answer (`{
+    /// embeddings: base64[], tokens }`, each vector's little-endian f32
+    /// bytes) or its error arrives through `onEvent`.
     #[napi(catch_unwind, ts_args_type = "requestJson: string, onEvent: (event: string | Error) => void")]
     pub fn embed(&self, env: &Env, request_json: String, on_event: Function<'_, String, ()>) -> Result<()> {
-        let prepared = or_throw(
-            env,
-            if self.engine.is_closed() {
-                Err(EngineError::disposed())
-            } else {
-                parse_json(&request_json, "input").and_then(|v| self.engine.prepare_embed(&v))
-            },
-        )?;
+        if self.engine.is_closed() {
+            return or_throw(env, Err(EngineError::disposed()));
+        }
         let tsfn = JsEventSink::function(&on_event)?;
-        let (inputs, normalize) = prepared;
-        self.engine.submit_embed(inputs, normalize, Box::new(JsEventSink::new(tsfn)));
+        self.engine.prepare_then(Box::new(JsEventSink::new(tsfn)), move |engine, sink| {
+            match parse_json(&request_json, "input").and_then(|v| engine.prepare_embed(&v)) {
+                Ok((inputs, normalize)) => engine.submit_embed(inputs, normalize, sink),
+                Err(e) => sink.reply(Err(e)),
+            }
+        });
         Ok(())
+    }
+
+    /// `tokenize` on a thread of the libuv pool, for text of any size.
+    #[napi(ts_return_type = "Promise<number[]>")]
+    pub fn tokenize_async(&self, text: String, add_bos: bool, special: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.engine.vocab().clone(), op: TextOp::Tokenize { text, add_bos, special } }))
+    }
+
+    /// `detokenize` on a thread of the libuv pool; with `pieces`, each
+    /// token's own text instead of the whole (`/tokenize`'s `with_pieces`).
+    #[napi(ts_return_type = "Promise<string | string[]>")]
+    pub fn detokenize_async(&self, tokens: Vec<i32>, pieces: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.engine.vocab().clone(), op: TextOp::Detokenize { tokens, pieces } }))
+    }
+
+    /// `applyChatTemplate` on a thread of the libuv pool.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn apply_chat_template_async(&self, request_json: String, add_generation_prompt: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.engine.vocab().clone(), op: TextOp::Template { request_json, add_generation_prompt } }))
     }
 
     /// Renders a chat request's messages (JSON: `messages` and the fields that
     /// reach the template, e.g. `tools`) with the engine's chat template.
     #[napi(catch_unwind)]
     pub fn apply_chat_template(&self, env: &Env, request_json: String, add_generation_prompt: bool) -> Result<String> {
-        let info = self.engine.info();
-        let limits = RequestLimits { n_vocab: info.n_vocab, n_ctx: info.n_ctx };
-        let request = or_throw(env, parse_request_json(&request_json, &limits))?;
-        or_throw(env, self.engine.apply_chat_template(&request, add_generation_prompt))
+        or_throw(env, self.engine.vocab().render_json(&request_json, add_generation_prompt))
     }
 
     /// Aborts one request, queued or running.
@@ -232,10 +284,9 @@ impl NativeEngine {
     /// JSON) KV cells to `path`; the answer (`{ tokens, exact, bytes }`) or
     /// its error arrives through `onEvent`, as a request's `done` does.
     #[napi(catch_unwind, ts_args_type = "path: string, conversationJson: string, onEvent: (event: string | Error) => void")]
-    pub fn save_session(&self, env: &Env, path: String, conversation_json: String, on_event: Function<'_, String, ()>) -> Result<()> {
-        let conversation = or_throw(env, parse_json(&conversation_json, "conversation"))?;
+    pub fn save_session(&self, path: String, conversation_json: String, on_event: Function<'_, String, ()>) -> Result<()> {
         let tsfn = JsEventSink::function(&on_event)?;
-        self.engine.save_session(&path, conversation, Box::new(JsEventSink::new(tsfn)));
+        self.engine.save_session(path, conversation_json, Box::new(JsEventSink::new(tsfn)));
         Ok(())
     }
 
@@ -307,6 +358,78 @@ impl NativeEngine {
     #[napi(ts_return_type = "Promise<void>")]
     pub fn dispose(&self) -> AsyncTask<Off<JoinTask>> {
         AsyncTask::new(Off(JoinTask { thread: self.engine.close() }))
+    }
+}
+
+pub struct VocabTask {
+    options: Option<EngineOptions>,
+}
+
+impl EngineTask for VocabTask {
+    type Output = Vocab;
+    type JsValue = NativeVocab;
+
+    fn run(&mut self) -> EngineResult<Vocab> {
+        let options = self.options.take().ok_or_else(|| EngineError::internal("load ran twice"))?;
+        Vocab::load(&options)
+    }
+
+    fn to_js(&mut self, _env: &Env, vocab: Vocab) -> Result<NativeVocab> {
+        Ok(NativeVocab { vocab: Arc::new(vocab) })
+    }
+}
+
+/// A model's vocabulary and chat template without its weights: the
+/// synchronous text work of an engine whose weights live in another
+/// process (`isolation: 'process'`).
+#[napi]
+pub struct NativeVocab {
+    vocab: Arc<Vocab>,
+}
+
+#[napi]
+impl NativeVocab {
+    /// Loads the vocabulary (and chat template) of `optionsJson`'s model.
+    #[napi(ts_return_type = "Promise<NativeVocab>")]
+    pub fn load(env: &Env, options_json: String) -> Result<AsyncTask<Off<VocabTask>>> {
+        let options = or_throw(env, parse_json(&options_json, "options").and_then(|v| parse_engine_options(&v)))?;
+        Ok(AsyncTask::new(Off(VocabTask { options: Some(options) })))
+    }
+
+    #[napi(catch_unwind)]
+    pub fn tokenize(&self, env: &Env, text: String, add_bos: bool, special: bool) -> Result<Vec<i32>> {
+        or_throw(env, self.vocab.tokenize(&text, add_bos, special))
+    }
+
+    #[napi(catch_unwind)]
+    pub fn detokenize(&self, env: &Env, tokens: Vec<i32>) -> Result<String> {
+        or_throw(env, self.vocab.detokenize(&tokens))
+    }
+
+    #[napi(catch_unwind)]
+    pub fn apply_chat_template(&self, env: &Env, request_json: String, add_generation_prompt: bool) -> Result<String> {
+        or_throw(env, self.vocab.render_json(&request_json, add_generation_prompt))
+    }
+
+    #[napi(ts_return_type = "Promise<number[]>")]
+    pub fn tokenize_async(&self, text: String, add_bos: bool, special: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.vocab.clone(), op: TextOp::Tokenize { text, add_bos, special } }))
+    }
+
+    #[napi(ts_return_type = "Promise<string | string[]>")]
+    pub fn detokenize_async(&self, tokens: Vec<i32>, pieces: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.vocab.clone(), op: TextOp::Detokenize { tokens, pieces } }))
+    }
+
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn apply_chat_template_async(&self, request_json: String, add_generation_prompt: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.vocab.clone(), op: TextOp::Template { request_json, add_generation_prompt } }))
+    }
+
+    /// Frees the vocabulary now.
+    #[napi]
+    pub fn dispose(&self) {
+        self.vocab.close();
     }
 }
 

@@ -10,18 +10,21 @@ pub enum ErrorCode {
     IncompatibleDraft,
     Disposed,
     InvalidSession,
+    /// The engine's process (`isolation: 'process'`) died; the request did not finish.
+    EngineCrashed,
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in documentation order: the one list the binding exports
     /// (`errorCodes()`) and `index.d.ts` and the README are checked against.
-    pub const ALL: [ErrorCode; 6] = [
+    pub const ALL: [ErrorCode; 7] = [
         ErrorCode::InvalidRequest,
         ErrorCode::ModelLoadFailed,
         ErrorCode::IncompatibleDraft,
         ErrorCode::Disposed,
         ErrorCode::InvalidSession,
+        ErrorCode::EngineCrashed,
         ErrorCode::Internal,
     ];
 
@@ -33,6 +36,7 @@ impl ErrorCode {
             ErrorCode::IncompatibleDraft => "INCOMPATIBLE_DRAFT",
             ErrorCode::Disposed => "DISPOSED",
             ErrorCode::InvalidSession => "INVALID_SESSION",
+            ErrorCode::EngineCrashed => "ENGINE_CRASHED",
             ErrorCode::Internal => "INTERNAL",
         }
     }

@@ -8,6 +8,8 @@
 //! - `thread.rs`: the engine thread's life: load, admit, step, exit;
 //! - `chat.rs`: chat requests rendered and their output planned;
 //! - `compile.rs`: constraints compiled on a thread of their own;
+//! - `prepare.rs`: what callers send parsed, rendered and tokenized on a
+//!   thread of its own, in order;
 //! - `embed.rs`: `embed()` in a context of its own, between steps;
 //! - `session.rs`: `saveSession`/`loadSession` before the engine thread;
 //! - `kv.rs`: a slot's cells copied, saved and restored;
@@ -16,6 +18,8 @@
 //! - `sampler.rs`: a request's sampler chain;
 //! - `draft_model.rs`: the draft model as a drafter, per slot;
 //! - `calibrate.rs`: batch costs and the batch-invariance self-check;
+//! - `vocab.rs`: tokenizing and chat rendering, on any thread (also
+//!   without weights, for an isolated engine's parent);
 //! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
 //! - `llama_log.rs`: llama.cpp's log, silent, kept while a model loads;
 //! - `gpu.rs`: the GPU back end, its probe, and why none computes.
@@ -31,16 +35,18 @@ pub mod gpu;
 pub mod kv;
 pub mod llama_log;
 pub mod model;
+mod prepare;
 pub mod sampler;
 mod session;
 pub mod shared;
 pub mod slot;
 mod thread;
+pub mod vocab;
 pub mod worker;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use llama_cpp_2::model::LlamaModel;
@@ -50,13 +56,14 @@ use crate::core::cache::prompt_cache::CacheStats;
 use crate::core::chat::format::ChatFormat;
 use crate::core::embed::{parse_embed_request, EmbedInput};
 use crate::core::error::{EngineError, Result};
-use crate::core::request::CompletionRequest;
+use crate::core::request::{parse_request_json, CompletionRequest, RequestLimits};
 use crate::core::speculation::ngram::NgramCache;
 use crate::core::text::events::EventSink;
-use chat::Chat;
 pub use model::{EngineOptions, ModelInfo, Progress};
+use prepare::{Preparer, Work};
 pub use shared::Job;
 use shared::{NgramStore, Shared};
+use vocab::Vocab;
 
 /// What `status()` reports.
 #[derive(Debug, Clone, Default)]
@@ -79,15 +86,16 @@ pub struct Status {
 pub struct Engine {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    /// The target model, for tokenize/detokenize on the calling thread.
-    model: RwLock<Option<Arc<LlamaModel>>>,
+    /// The target's vocabulary and chat template, for text work on any thread.
+    vocab: Arc<Vocab>,
     info: ModelInfo,
     next_id: AtomicU64,
     ngram_path: Option<String>,
     /// Why a configured n-gram cache file could not be used (the engine works without it).
     ngram_errors: Vec<String>,
-    /// What `messages` are rendered with (see `model::chat_template`).
-    chat: Option<std::result::Result<Chat, String>>,
+    /// The thread that parses, renders and tokenizes what callers send
+    /// (`prepare`), started by `start_preparing` once the engine is shared.
+    preparer: OnceLock<Preparer>,
 }
 
 impl Engine {
@@ -97,94 +105,134 @@ impl Engine {
         let (ngram, ngram_errors) = load_ngram_caches(&opts);
         let shared = Arc::new(Shared::new(ngram));
         let ngram_path = opts.ngram_cache_path.clone();
-        let chat_override = opts.chat_template.clone();
-        let tool_format = opts.tool_call_format;
+        let vocab_opts = opts.clone();
         let ready = thread::start(opts, progress, shared.clone())?;
-        let chat = model::chat_template(&ready.model, chat_override.as_deref());
-        let mut engine = Engine {
+        let limits = RequestLimits { n_vocab: ready.info.n_vocab, n_ctx: ready.info.n_ctx };
+        let vocab = match Vocab::new(ready.model, &vocab_opts, limits) {
+            Ok(v) => v,
+            Err(e) => {
+                shared.close();
+                let _ = ready.thread.join();
+                return Err(e);
+            }
+        };
+        Ok(Engine {
             shared,
             thread: Mutex::new(Some(ready.thread)),
-            model: RwLock::new(Some(ready.model)),
+            vocab: Arc::new(vocab),
             info: ready.info,
             next_id: AtomicU64::new(1),
             ngram_path,
             ngram_errors,
-            chat: None,
-        };
-        match chat {
-            Ok(chat) => {
-                engine.chat = chat.map(|c| c.map(|(template, source)| Chat::new(template, &source, tool_format)));
-                Ok(engine)
-            }
-            Err(e) => {
-                if let Some(t) = engine.close() {
-                    let _ = t.join();
-                }
-                Err(e)
-            }
-        }
+            preparer: OnceLock::new(),
+        })
     }
 
     pub fn info(&self) -> &ModelInfo {
         &self.info
     }
 
-    /// The chat template and formats, or why `messages` cannot be used.
-    fn chat(&self) -> Result<&Chat> {
-        match &self.chat {
-            Some(Ok(chat)) => Ok(chat),
-            Some(Err(why)) => Err(EngineError::invalid(
-                "messages",
-                format!("the model's chat template (tokenizer.chat_template) cannot be used ({why}); load the engine with the chatTemplate option"),
-            )),
-            None => Err(EngineError::invalid(
-                "messages",
-                "this model has no chat template (no tokenizer.chat_template in its GGUF); load the engine with the chatTemplate option to use messages",
-            )),
+    /// Starts the preparing thread, which holds the engine weakly.
+    pub fn start_preparing(self: &Arc<Self>) -> Result<()> {
+        let preparer = Preparer::start(Arc::downgrade(self))?;
+        let _ = self.preparer.set(preparer);
+        Ok(())
+    }
+
+    /// Hands work to the preparing thread; `Err` gives it back when the
+    /// engine is closed or has none.
+    fn hand_over(&self, work: Work) -> std::result::Result<(), Work> {
+        match self.preparer.get() {
+            Some(p) if !self.is_closed() => p.run(work),
+            _ => Err(work),
         }
+    }
+
+    fn limits(&self) -> RequestLimits {
+        RequestLimits { n_vocab: self.info.n_vocab, n_ctx: self.info.n_ctx }
+    }
+
+    /// Queues a request (its JSON) as job `id`: it is parsed, its chat
+    /// rendered and its prompt tokenized on the preparing thread, then it
+    /// waits for a slot. Its events, or its error, go to `sink`; `abort(id)`
+    /// works from now on.
+    pub fn submit_json(&self, id: u64, json: String, sink: Box<dyn EventSink>) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        if !self.shared.begin_preparing(id, cancel.clone()) {
+            return sink.finish(Err(EngineError::disposed()));
+        }
+        let work: Work = Box::new(move |engine| match engine {
+            Some(engine) => engine.prepare_job(id, &json, sink, cancel),
+            None => sink.finish(Err(EngineError::disposed())),
+        });
+        if let Err(work) = self.hand_over(work) {
+            self.shared.end_preparing(id);
+            work(None);
+        }
+    }
+
+    fn prepare_job(&self, id: u64, json: &str, sink: Box<dyn EventSink>, cancel: Arc<AtomicBool>) {
+        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(CompletionRequest, Vec<LlamaToken>)> {
+            let mut request = parse_request_json(json, &self.limits())?;
+            self.prepare(&mut request)?;
+            let tokens = self.tokenize_request(&request)?;
+            Ok((request, tokens))
+        }))
+        .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
+        let (request, tokens) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                self.shared.end_preparing(id);
+                return sink.finish(Err(e));
+            }
+        };
+        let job = Job { id, request, sink, cancel, session: None, compiled: None, tokens: Some(tokens) };
+        match self.shared.submit_prepared(job) {
+            Ok(()) => {}
+            Err(shared::NotQueued::Closed(job)) => job.sink.finish(Err(EngineError::disposed())),
+            Err(shared::NotQueued::Aborted(job)) => {
+                let result = worker::aborted_before_start(&job.request, &self.info, self.info.batch_invariant);
+                job.sink.finish(Ok(result));
+            }
+        }
+    }
+
+    /// Runs `f` on the preparing thread and answers `sink` with its result
+    /// (an `embed()` call's or a session's preparation, say).
+    pub fn prepare_then(&self, sink: Box<dyn EventSink>, f: impl FnOnce(&Engine, Box<dyn EventSink>) + Send + 'static) {
+        let work: Work = Box::new(move |engine| match engine {
+            Some(engine) if !engine.is_closed() => f(engine, sink),
+            _ => sink.reply(Err(EngineError::disposed())),
+        });
+        if let Err(work) = self.hand_over(work) {
+            work(None);
+        }
+    }
+
+    /// The target's vocabulary and chat template.
+    pub fn vocab(&self) -> &Arc<Vocab> {
+        &self.vocab
     }
 
     /// What the engine learnt of its chat template (for `status()`).
     pub fn chat_format(&self) -> Option<&ChatFormat> {
-        self.chat.as_ref().and_then(|c| c.as_ref().ok()).map(|c| &c.format)
+        self.vocab.chat_format()
     }
 
-    /// Renders chat messages with the engine's chat template.
-    /// The text a chat request renders to: its `messages` with its tools
-    /// and template variables (the other fields play no part).
-    pub fn apply_chat_template(&self, request: &CompletionRequest, add_generation_prompt: bool) -> Result<String> {
-        let messages = request.messages.as_deref().unwrap_or_default();
-        chat::render(self.chat()?, messages, &request.chat, add_generation_prompt)
-    }
-
-    /// Makes a request ready, here (on the caller's thread) so that a
-    /// template error rejects it before it is queued: a chat request's
+    /// Makes a request ready (on the preparing thread): a chat request's
     /// messages rendered into its prompt, the plan of its output.
     pub fn prepare(&self, request: &mut CompletionRequest) -> Result<()> {
         let model = self.model()?;
-        chat::prepare(request, self.chat(), &model)
+        chat::prepare(request, self.vocab.chat(), &model)
+    }
+
+    /// A prepared request's prompt as tokens.
+    fn tokenize_request(&self, request: &CompletionRequest) -> Result<Vec<LlamaToken>> {
+        model::tokenize_prompt(&*self.model()?, request)
     }
 
     fn model(&self) -> Result<Arc<LlamaModel>> {
-        self.model.read().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(EngineError::disposed)
-    }
-
-    pub fn tokenize(&self, text: &str, add_bos: bool, special: bool) -> Result<Vec<i32>> {
-        let model = self.model()?;
-        Ok(model.vocab().tokenize(text.as_bytes(), add_bos, special).into_iter().map(|t| t.0).collect())
-    }
-
-    pub fn detokenize(&self, tokens: &[i32]) -> Result<String> {
-        let model = self.model()?;
-        if let Some((i, t)) = tokens.iter().enumerate().find(|(_, &t)| t < 0 || t >= self.info.n_vocab) {
-            return Err(EngineError::invalid(&format!("tokens[{i}]"), format!("{t} is not a token id (0..{})", self.info.n_vocab)));
-        }
-        if tokens.is_empty() {
-            return Ok(String::new());
-        }
-        let ids: Vec<LlamaToken> = tokens.iter().map(|&t| LlamaToken(t)).collect();
-        let bytes = model.vocab().detokenize(&ids, false, false);
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        self.vocab.model()
     }
 
     /// Checks an `embed()` call (`{ input, normalize?, truncate? }`) and
@@ -256,6 +304,9 @@ impl Engine {
     /// with DISPOSED, and the models are freed when the thread exits.
     /// Returns the thread to join (off the JS thread).
     pub fn close(&self) -> Option<JoinHandle<()>> {
+        if let Some(p) = self.preparer.get() {
+            p.stop();
+        }
         let (jobs, embeds) = self.shared.close();
         for job in jobs {
             job.sink.finish(Err(EngineError::disposed()));
@@ -263,7 +314,7 @@ impl Engine {
         for job in embeds {
             job.fail(EngineError::disposed());
         }
-        self.model.write().unwrap_or_else(|p| p.into_inner()).take();
+        self.vocab.close();
         self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 

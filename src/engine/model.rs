@@ -17,6 +17,7 @@ use crate::core::embed::Pooling;
 use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::gguf;
 pub use crate::core::request::options::EngineOptions;
+use crate::core::request::{CompletionRequest, PromptPart};
 
 /// Reports model loading progress, 0..1.
 pub type Progress = Box<dyn FnMut(f32) + Send>;
@@ -145,6 +146,25 @@ pub fn tokenize_chat(model: &LlamaModel, text: &str) -> Vec<LlamaToken> {
         tokens.insert(0, vocab.bos());
     }
     tokens
+}
+
+/// A request's prompt as tokens. Like the legacy server: BOS (when the
+/// model wants one) only before a leading string; token ids are taken as
+/// given; a rendered chat prompt through `tokenize_chat`.
+pub fn tokenize_prompt(model: &LlamaModel, req: &CompletionRequest) -> Result<Vec<LlamaToken>> {
+    let vocab = model.vocab();
+    let mut tokens = Vec::new();
+    for (i, part) in req.prompt.iter().enumerate() {
+        match part {
+            PromptPart::Text(s) => tokens.extend(vocab.tokenize(s.as_bytes(), i == 0, true)),
+            PromptPart::Token(t) => tokens.push(LlamaToken(*t)),
+            PromptPart::Chat(s) => tokens.extend(tokenize_chat(model, s)),
+        }
+    }
+    if tokens.is_empty() {
+        return Err(EngineError::invalid("prompt", "is empty and the model adds no BOS token: give at least one token"));
+    }
+    Ok(tokens)
 }
 
 /// The chat template `messages` are rendered with, and its source:

@@ -33,14 +33,23 @@ impl Engine {
     /// `{ prompt }`) is rendered as its next request will start (chat
     /// messages without the assistant's opening), evaluated into a slot
     /// (reusing whatever prefix is cached) and written to `path`.
-    pub fn save_session(&self, path: &str, conversation: Value, sink: Box<dyn EventSink>) {
-        match self.save_job(path, conversation) {
-            Ok((request, session)) => {
-                let id = self.next_job_id();
-                self.submit(Job { id, request, sink, cancel: Arc::new(AtomicBool::new(false)), session: Some(session), compiled: None });
+    /// The conversation arrives as JSON and is parsed, rendered and
+    /// tokenized on the preparing thread.
+    pub fn save_session(&self, path: String, conversation_json: String, sink: Box<dyn EventSink>) {
+        self.prepare_then(sink, move |engine, sink| {
+            let job = serde_json::from_str::<Value>(&conversation_json)
+                .map_err(|e| EngineError::invalid("conversation", format!("not valid JSON ({e})")))
+                .and_then(|conversation| engine.save_job(&path, conversation))
+                .and_then(|(request, session)| Ok((engine.tokenize_request(&request)?, request, session)));
+            match job {
+                Ok((tokens, request, session)) => {
+                    let id = engine.next_job_id();
+                    let cancel = Arc::new(AtomicBool::new(false));
+                    engine.submit(Job { id, request, sink, cancel, session: Some(session), compiled: None, tokens: Some(tokens) });
+                }
+                Err(e) => sink.reply(Err(e)),
             }
-            Err(e) => sink.reply(Err(e)),
-        }
+        });
     }
 
     fn save_job(&self, path: &str, conversation: Value) -> Result<(CompletionRequest, SessionJob)> {
@@ -67,7 +76,7 @@ impl Engine {
         let limits = RequestLimits { n_vocab: self.info.n_vocab, n_ctx: self.info.n_ctx };
         let mut request = parse_request(&Value::Object(fields), &limits)?;
         if let Some(messages) = request.messages.take() {
-            let text = chat::render(self.chat()?, &messages, &request.chat, false)?;
+            let text = chat::render(self.vocab().chat()?, &messages, &request.chat, false)?;
             request.prompt = vec![PromptPart::Chat(text)];
             request.chat = Default::default();
         }
@@ -99,6 +108,7 @@ impl Engine {
                         cancel: Arc::new(AtomicBool::new(false)),
                         session: Some(SessionJob::Load(Box::new(session))),
                         compiled: None,
+                        tokens: None,
                     };
                     if let Err(job) = shared.submit(job) {
                         job.sink.reply(Err(EngineError::disposed()));

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
+use llama_cpp_2::token::LlamaToken;
 use serde_json::Value;
 
 use super::embed::EmbedJob;
@@ -33,6 +34,8 @@ pub struct Job {
     /// Its constraint, once the compiling thread compiled it (or why it
     /// could not), with the grammar it was compiled from.
     pub compiled: Option<Result<(Grammar, Constraint), EngineError>>,
+    /// Its prompt's tokens, when the preparing thread tokenized it.
+    pub tokens: Option<Vec<LlamaToken>>,
 }
 
 /// The session jobs: they take a slot like a request, and answer with
@@ -72,7 +75,16 @@ struct Queue {
     embeds: VecDeque<EmbedJob>,
     /// Requests in a slot, with their cancel flags.
     running: HashMap<u64, Arc<AtomicBool>>,
+    /// Requests handed to the preparing thread, not yet queued (counted as
+    /// queued), with their cancel flags.
+    preparing: HashMap<u64, Arc<AtomicBool>>,
     closed: bool,
+}
+
+/// Why a prepared job was not queued: it is given back to be answered.
+pub enum NotQueued {
+    Closed(Box<Job>),
+    Aborted(Box<Job>),
 }
 
 /// Queue counts for `status()`.
@@ -120,6 +132,39 @@ impl Shared {
         Ok(())
     }
 
+    /// A request is being prepared (`engine::prepare`): `abort` finds it by
+    /// `id`. False when the engine is closed.
+    pub fn begin_preparing(&self, id: u64, cancel: Arc<AtomicBool>) -> bool {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            return false;
+        }
+        q.preparing.insert(id, cancel);
+        true
+    }
+
+    /// A request whose preparation failed is forgotten.
+    pub fn end_preparing(&self, id: u64) {
+        lock(&self.queue).preparing.remove(&id);
+    }
+
+    /// Queues a prepared job, unless the engine closed or the job was
+    /// aborted while it was prepared.
+    pub fn submit_prepared(&self, job: Job) -> Result<(), NotQueued> {
+        let mut q = lock(&self.queue);
+        q.preparing.remove(&job.id);
+        if q.closed {
+            return Err(NotQueued::Closed(Box::new(job)));
+        }
+        if job.cancel.load(Ordering::SeqCst) {
+            return Err(NotQueued::Aborted(Box::new(job)));
+        }
+        q.jobs.push_back(job);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+
     /// Puts a job that `next_job` handed out back at the front of the queue
     /// (its constraint compiled); gives it back when the engine is closed.
     pub fn resubmit(&self, job: Job) -> Result<(), Box<Job>> {
@@ -140,7 +185,7 @@ impl Shared {
     /// to answer.
     pub fn abort(&self, id: u64) -> Option<Job> {
         let mut q = lock(&self.queue);
-        if let Some(cancel) = q.running.get(&id) {
+        if let Some(cancel) = q.running.get(&id).or_else(|| q.preparing.get(&id)) {
             cancel.store(true, Ordering::SeqCst);
             return None;
         }
@@ -234,7 +279,7 @@ impl Shared {
 
     pub fn counts(&self) -> QueueCounts {
         let q = lock(&self.queue);
-        QueueCounts { queued: q.jobs.len(), active: q.running.len(), closed: q.closed }
+        QueueCounts { queued: q.jobs.len() + q.preparing.len(), active: q.running.len(), closed: q.closed }
     }
 
     pub fn publish(&self, p: Published) {

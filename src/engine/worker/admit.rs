@@ -32,6 +32,8 @@ use crate::engine::shared::{Job, SessionJob};
 use crate::engine::slot::{PromptTokens, Request};
 
 const PANIC_PROMPT: &str = "__llama_engine_panic__";
+/// The prompt that aborts the process (the fault an isolated engine survives).
+const ABORT_PROMPT: &str = "__llama_engine_abort__";
 
 /// Acceptance assumed for a draft model before any is measured.
 const MODEL_PRIOR: f64 = 0.7;
@@ -78,7 +80,8 @@ impl<'m> Worker<'m> {
             None => return,
         };
         let compiled = job.compiled.take();
-        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, compiled)))
+        let tokens = job.tokens.take();
+        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, compiled, tokens)))
             .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
         match prepared {
             Ok(prepared) => self.start(job, prepared),
@@ -120,11 +123,22 @@ impl<'m> Worker<'m> {
         None
     }
 
-    fn prepare(&mut self, req: &CompletionRequest, compiled: Option<Result<(Grammar, Constraint)>>) -> Result<Prepared> {
+    fn prepare(
+        &mut self,
+        req: &CompletionRequest,
+        compiled: Option<Result<(Grammar, Constraint)>>,
+        tokens: Option<Vec<LlamaToken>>,
+    ) -> Result<Prepared> {
         // Fault injection for the test suite: with LLAMA_ENGINE_FAULT_INJECTION=1
-        // in the environment, the prompt "__llama_engine_panic__" panics here.
-        if req.prompt == [PromptPart::Text(PANIC_PROMPT.into())] && std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1") {
+        // in the environment, the prompt "__llama_engine_panic__" panics here and
+        // "__llama_engine_abort__" aborts the process (for isolation tests).
+        let faults = std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1");
+        if faults && req.prompt == [PromptPart::Text(PANIC_PROMPT.into())] {
             panic!("fault injected by {PANIC_PROMPT}");
+        }
+        if faults && req.prompt == [PromptPart::Text(ABORT_PROMPT.into())] {
+            eprintln!("llama-engine: fault injected by {ABORT_PROMPT}: aborting");
+            std::process::abort();
         }
         let grammar = grammar(req, &self.models.target)?;
         let constraint = match &req.plan.grammar {
@@ -134,7 +148,10 @@ impl<'m> Worker<'m> {
         let info = &self.models.info;
         let sampler = TokenSampler::new(&self.models.target, req, grammar.as_deref(), constraint.clone(), &info.eog, info.n_ctx)?;
         let kinds = if sampler.supports_speculation() { self.drafter_kinds(req)? } else { Vec::new() };
-        let mut tokens = self.tokenize_prompt(req)?;
+        let mut tokens = match tokens {
+            Some(t) => t,
+            None => model::tokenize_prompt(&self.models.target, req)?,
+        };
         let n_given = tokens.len();
         let n_keep = prompt::effective_n_keep(req.n_keep, n_given, self.n_ctx);
         let truncated = prompt::truncate_prompt(&mut tokens, n_keep, self.n_ctx);
@@ -253,24 +270,6 @@ impl<'m> Worker<'m> {
             }
         }
         chain
-    }
-
-    fn tokenize_prompt(&self, req: &CompletionRequest) -> Result<Vec<LlamaToken>> {
-        let vocab = self.models.target.vocab();
-        let mut tokens = Vec::new();
-        for (i, part) in req.prompt.iter().enumerate() {
-            match part {
-                // Like the legacy server: BOS (when the model wants one) only
-                // before a leading string; token ids are taken as given.
-                PromptPart::Text(s) => tokens.extend(vocab.tokenize(s.as_bytes(), i == 0, true)),
-                PromptPart::Token(t) => tokens.push(LlamaToken(*t)),
-                PromptPart::Chat(s) => tokens.extend(model::tokenize_chat(&self.models.target, s)),
-            }
-        }
-        if tokens.is_empty() {
-            return Err(EngineError::invalid("prompt", "is empty and the model adds no BOS token: give at least one token"));
-        }
-        Ok(tokens)
     }
 }
 

@@ -1,0 +1,169 @@
+// isolation: 'process' — the engine in a child process behind the same
+// API. A child that dies (SIGKILL mid-stream, an abort in native code)
+// rejects what it was running with ENGINE_CRASHED within a second, a new
+// child takes over, and its answers are the in-process engine's, bit for
+// bit. Everything the API offers works across the boundary.
+
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { LlamaEngine, TARGET, loadTarget, run, user } = require('./helpers')
+
+const GREEDY = { prompt: 'The three most useful kitchen tools are', n_predict: 24, temperature: 0, n_probs: 3 }
+
+function loadIsolated(extra = {}) {
+  return LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: 2, isolation: 'process', ...extra })
+}
+
+/** Waits until `f()` is true, polling. */
+async function until(f, ms = 30_000) {
+  const end = Date.now() + ms
+  while (!f()) {
+    if (Date.now() > end) throw new Error('timed out')
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+describe('isolation: process', () => {
+  let local
+  let expected
+  beforeAll(async () => {
+    local = await loadTarget()
+    expected = await run(local, GREEDY)
+  })
+  afterAll(() => local.dispose())
+
+  test('the same API: results bit-identical to in-process, streaming, tokenize, templates, status', async () => {
+    const progress = []
+    const engine = await loadIsolated({ onProgress: (f) => progress.push(f) })
+    try {
+      expect(progress.length).toBeGreaterThan(0)
+      expect(progress[progress.length - 1]).toBe(1)
+      const st = engine.status()
+      expect(st.isolation).toMatchObject({ mode: 'process', restarts: 0, restarting: false })
+      expect(st.isolation.pid).not.toBe(process.pid)
+      expect(st).toMatchObject({ model: 'SmolLM2-135M-Instruct.Q4_1.gguf', contextSize: 2048, batchInvariant: true })
+      expect(local.status().isolation).toEqual({ mode: 'none', pid: process.pid, restarts: 0 })
+
+      const got = await run(engine, GREEDY)
+      expect(got.result.content).toBe(expected.result.content)
+      expect(got.result.completion_probabilities).toEqual(expected.result.completion_probabilities)
+      expect(got.events.filter((e) => e.type === 'token').map((e) => e.content).join('')).toBe(got.result.content)
+
+      // Synchronous text work, from the parent's vocabulary.
+      const text = 'Hello, world! Ünïcödé <|im_start|>'
+      expect(engine.tokenize(text, { special: true })).toEqual(local.tokenize(text, { special: true }))
+      expect(engine.detokenize(local.tokenize(text))).toBe(text)
+      expect(engine.applyChatTemplate(user('hi'))).toBe(local.applyChatTemplate(user('hi')))
+      expect(await engine.tokenizeAsync(text)).toEqual(local.tokenize(text))
+      expect(await engine.applyChatTemplateAsync(user('hi'))).toBe(local.applyChatTemplate(user('hi')))
+
+      // Chat, stream(), embed(), errors with their fields.
+      const chat = await engine.complete({ messages: user('Name a colour.'), n_predict: 12, temperature: 0 })
+      expect(chat.content).toBe((await local.complete({ messages: user('Name a colour.'), n_predict: 12, temperature: 0 })).content)
+      const streamed = []
+      for await (const e of engine.stream({ prompt: 'Once upon a time', n_predict: 8, temperature: 0 })) streamed.push(e)
+      expect(streamed[streamed.length - 1].type).toBe('done')
+      const [a, b] = await Promise.all([engine.embed('a lighthouse'), local.embed('a lighthouse')])
+      expect(Array.from(a.embeddings[0])).toEqual(Array.from(b.embeddings[0]))
+      await expect(engine.complete({ prompt: 'x', top_p: 5 })).rejects.toMatchObject({ code: 'INVALID_REQUEST', field: 'top_p' })
+      expect(() => engine.detokenize([1e9])).toThrow(expect.objectContaining({ code: 'INVALID_REQUEST' }))
+    } finally {
+      await engine.dispose()
+    }
+    expect(engine.status().disposed).toBe(true)
+    await expect(engine.complete('x')).rejects.toMatchObject({ code: 'DISPOSED' })
+  })
+
+  test('abort, cancel, queued requests and sessions work across the boundary', async () => {
+    const engine = await loadIsolated({ parallel: 1 })
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'le-iso-'))
+    try {
+      const ac = new AbortController()
+      let seen = 0
+      const running = engine.complete({ prompt: 'Tell me a long story', n_predict: 400, temperature: 0 }, (e) => {
+        if (e.type === 'token' && ++seen === 3) ac.abort()
+      }, ac.signal)
+      // Queued behind it; cancel() once it runs.
+      const queued = engine.complete({ prompt: 'Queued', n_predict: 400 }, (e) => {
+        if (e.type === 'token') engine.cancel()
+      })
+      await until(() => engine.status().queued === 1)
+      const r = await running
+      expect(r.stopped_abort).toBe(true)
+      expect((await queued).stopped_abort).toBe(true)
+
+      const messages = user('Remember the number 42.')
+      const saved = await engine.saveSession(path.join(dir, 's'), { messages })
+      expect(saved.tokens).toBeGreaterThan(5)
+      const loaded = await engine.loadSession(path.join(dir, 's'))
+      expect(loaded).toMatchObject({ tokens: saved.tokens, messages })
+      await expect(engine.loadSession(path.join(dir, 'missing'))).rejects.toMatchObject({ code: 'INVALID_REQUEST' })
+    } finally {
+      await engine.dispose()
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('SIGKILL mid-stream: ENGINE_CRASHED within a second, a new child, then answers bit-identical to in-process', async () => {
+    const engine = await loadIsolated()
+    try {
+      const pid = engine.status().isolation.pid
+      let killedAt = 0
+      const events = []
+      const streaming = engine.complete({ prompt: 'Write a long story about the sea', n_predict: 2000, temperature: 0 }, (e) => {
+        events.push(e)
+        if (events.length === 5) {
+          killedAt = Date.now()
+          process.kill(pid, 'SIGKILL')
+        }
+      })
+      const queued = [engine.complete({ prompt: 'one', n_predict: 50 }), engine.complete({ prompt: 'two', n_predict: 50 })]
+      const err = await streaming.catch((e) => e)
+      const rejectedAfter = Date.now() - killedAt
+      expect(err).toMatchObject({ code: 'ENGINE_CRASHED', message: expect.stringContaining('SIGKILL') })
+      expect(rejectedAfter).toBeLessThan(1000)
+      for (const q of queued) await expect(q).rejects.toMatchObject({ code: 'ENGINE_CRASHED' })
+
+      // A request made now waits for the new child.
+      const again = await run(engine, GREEDY)
+      const st = engine.status()
+      expect(st.isolation.restarts).toBe(1)
+      expect(st.isolation.pid).not.toBe(pid)
+      expect(st.isolation.lastCrash).toContain('SIGKILL')
+      expect(again.result.content).toBe(expected.result.content)
+      expect(again.result.completion_probabilities).toEqual(expected.result.completion_probabilities)
+    } finally {
+      await engine.dispose()
+    }
+  })
+
+  test('an abort in native code ends the child, with its last log line; restart: false leaves the engine failed', async () => {
+    process.env.LLAMA_ENGINE_FAULT_INJECTION = '1'
+    let engine
+    try {
+      engine = await loadIsolated({ restart: false })
+    } finally {
+      delete process.env.LLAMA_ENGINE_FAULT_INJECTION
+    }
+    try {
+      const err = await engine.complete({ prompt: '__llama_engine_abort__', n_predict: 4 }).catch((e) => e)
+      expect(err).toMatchObject({ code: 'ENGINE_CRASHED', message: expect.stringMatching(/SIGABRT.*fault injected/) })
+      expect(engine.status().isolation).toMatchObject({ restarts: 0, restarting: false })
+      await expect(engine.complete({ prompt: 'x', n_predict: 2 })).rejects.toMatchObject({ code: 'ENGINE_CRASHED' })
+    } finally {
+      await engine.dispose()
+    }
+  })
+
+  test('a load that kills the child rejects MODEL_LOAD_FAILED, saying how it died, and is not retried', async () => {
+    process.env.LLAMA_ENGINE_FAULT_INJECTION = 'abort-on-load'
+    try {
+      await expect(loadIsolated()).rejects.toMatchObject({ code: 'MODEL_LOAD_FAILED', message: expect.stringContaining('SIGABRT') })
+    } finally {
+      delete process.env.LLAMA_ENGINE_FAULT_INJECTION
+    }
+    // A load the child refuses is refused as in-process.
+    await expect(loadIsolated({ modelPath: path.join(os.tmpdir(), 'no-such.gguf') })).rejects.toMatchObject({ code: 'MODEL_LOAD_FAILED' })
+  })
+})
