@@ -205,6 +205,46 @@ describe('slow clients are dropped', () => {
     }
   })
 
+  test('stalled headers and stalled bodies are dropped on time, five times each, alone against an idle `llama-engine serve`', async () => {
+    // Node's own deadline sweep kept a lone stalled connection open past
+    // 8 s every time at these deadlines (25-60 s at the default 10 s); the
+    // server's socket timers do not wait for it.
+    const cli = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
+    const srv = spawn(process.execPath, [cli, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '512', '--isolation', 'none', '--headers-timeout', '1000', '--request-timeout', '1000'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
+    let log = ''
+    srv.stderr.on('data', (d) => (log += d))
+    try {
+      expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
+      const port = Number(/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1])
+      const timed = async (bytes) => {
+        const t0 = Date.now()
+        const text = await Promise.race([rawExchange(port, bytes), new Promise((r) => setTimeout(() => r('(still open)'), 8000))])
+        return { text, ms: Date.now() - t0 }
+      }
+      for (let i = 0; i < 5; i++) {
+        const headers = await timed('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n')
+        expect(headers.ms).toBeLessThan(3000)
+      }
+      for (let i = 0; i < 5; i++) {
+        const head = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n'
+        const body = await timed(head + '{"messages": [')
+        expect(body.text).toMatch(/^HTTP\/1\.1 408 /)
+        expect(body.ms).toBeLessThan(3000)
+      }
+      // Nothing sent at all; a body the endpoint never reads (an unknown route), stalled.
+      expect((await timed('')).ms).toBeLessThan(3000)
+      expect((await timed('POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{')).ms).toBeLessThan(4000)
+      // A kept-alive connection that answered once, then stalls in its next headers.
+      const again = await timed('GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\n')
+      expect(again.text).toMatch(/^HTTP\/1\.1 200 /)
+      expect(again.ms).toBeLessThan(3000)
+    } finally {
+      srv.kill('SIGKILL')
+    }
+  })
+
   test('the same under a handler mounted in a server without deadlines of its own', async () => {
     const app = http.createServer({ requestTimeout: 0 }, createHandler(engine, { requestTimeoutMs: 300 }))
     await listen(app)

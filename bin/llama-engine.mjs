@@ -344,6 +344,7 @@ const SERVE_OPTIONS = {
   'headers-timeout': { type: 'string' },
   'request-timeout': { type: 'string' },
   'shutdown-grace': { type: 'string' },
+  isolation: { type: 'string' },
   help: OPTIONS.help,
 }
 
@@ -374,6 +375,8 @@ Server:
       --headers-timeout MS  drop a client whose headers are not in by then (default 10000)
       --request-timeout MS  drop a client whose body is not in by then (default 60000)
       --shutdown-grace MS   on SIGTERM/SIGINT, how long running requests may finish (default 10000)
+      --isolation MODE      process (default): the engine in a child process, restarted if
+                            it dies (a crash fails only its requests); none: in this process
   -h, --help                this help
 
 SIGTERM or SIGINT: queued requests get 503, running ones finish (or are
@@ -405,7 +408,10 @@ export function parseServe(argv, env = process.env) {
   if (v['shutdown-grace'] !== undefined) server.shutdownGraceMs = nonNegative('shutdown-grace', v['shutdown-grace'])
   const port = nonNegative('port', v.port ?? env.PORT ?? '8080')
   if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
-  return { help: Boolean(v.help), load: loadOptions(v, env), listen: { host: v.host ?? '127.0.0.1', port }, server }
+  const isolation = v.isolation ?? 'process'
+  if (isolation !== 'process' && isolation !== 'none') throw new UsageError(`--isolation: expected process or none, got ${JSON.stringify(isolation)}`)
+  const load = { ...loadOptions(v, env), isolation }
+  return { help: Boolean(v.help), load, listen: { host: v.host ?? '127.0.0.1', port }, server }
 }
 
 /** `llama-engine serve`: listens at once (/health says "loading" meanwhile); resolves with the exit code. */

@@ -57,6 +57,8 @@ function toApiError(err, paramOf = (field) => field) {
     return new ApiError(400, text, { param })
   }
   if (code === 'DISPOSED') return new ApiError(503, message, { code })
+  // The isolated engine's process died under this request; a new one is starting.
+  if (code === 'ENGINE_CRASHED') return new ApiError(503, message, { code, headers: { 'Retry-After': '1' } })
   return new ApiError(500, message, { code })
 }
 

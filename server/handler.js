@@ -65,6 +65,8 @@ for (const [mod, protocol] of [
 }
 const PATHS = new Set([...ROUTES.keys()].map((k) => k.slice(k.indexOf(' ') + 1)).concat(['/health', '/metrics']))
 
+const LIST_SLICE = 1 << 15
+
 const sseHeaders = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' }
 
 /**
@@ -142,7 +144,10 @@ function createCore(engineOrPromise, options) {
     const send = (status, body) => exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors }, JSON.stringify(body))
     if (loadError) return send(500, { status: 'error', error: openaiErrorBody(toApiError(loadError)).error })
     if (!engine) return send(503, { status: 'loading' })
-    if (closing || engine.status().disposed) return send(503, { status: 'unavailable' })
+    const st = engine.status()
+    if (closing || st.disposed) return send(503, { status: 'unavailable' })
+    // An isolated engine whose process died: a new one is loading.
+    if (st.isolation?.restarting) return send(503, { status: 'restarting', restarts: st.isolation.restarts })
     return send(200, { status: 'ok' })
   }
 
@@ -164,6 +169,20 @@ function createCore(engineOrPromise, options) {
       body: () => readJson(exchange),
       json(status, body, headers = {}) {
         exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors, ...headers }, JSON.stringify(body))
+      },
+      /**
+       * `{ "<key>": [...items] }`, written a slice at a time with the event
+       * loop free in between: a million tokens are megabytes of JSON.
+       */
+      async jsonList(status, key, items) {
+        exchange.open(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors })
+        exchange.write(`{${JSON.stringify(key)}:[`)
+        for (let i = 0; i < items.length && !exchange.finished; i += LIST_SLICE) {
+          if (i > 0) await new Promise((r) => setImmediate(r))
+          exchange.write((i > 0 ? ',' : '') + items.slice(i, i + LIST_SLICE).map((x) => JSON.stringify(x)).join(','))
+        }
+        exchange.write(']}')
+        exchange.end()
       },
       sse() {
         // Headers wait for the first event, so a request the engine refuses

@@ -53,6 +53,39 @@ function createFetchHandler(engine, options = {}) {
 }
 
 const SIGNAL_NUMBERS = { SIGINT: 2, SIGTERM: 15 }
+/** The body deadline of the endpoint that reads it answers 408 first; this one drops the rest. */
+const BODY_GRACE_MS = 1000
+
+/**
+ * A timer per connection, whatever the other connections do: a client
+ * whose headers are not complete `headersMs` after it connected (or after
+ * the previous answer on a kept-alive connection) is dropped, and so is
+ * one whose body is not complete `bodyMs` after its headers (plus a grace,
+ * so that an endpoint reading the body answers 408 first).
+ */
+function socketDeadlines(headersMs, bodyMs) {
+  const timers = new WeakMap()
+  const arm = (socket, ms, unless = () => false) => {
+    clearTimeout(timers.get(socket))
+    if (!ms || socket.destroyed) return
+    const t = setTimeout(() => unless() || socket.destroy(), ms)
+    t.unref()
+    timers.set(socket, t)
+  }
+  return {
+    connection(socket) {
+      arm(socket, headersMs)
+      socket.once('close', () => clearTimeout(timers.get(socket)))
+    },
+    request(req, res) {
+      const socket = req.socket
+      // Complete: the whole body arrived, read by the endpoint or not.
+      arm(socket, bodyMs && bodyMs + BODY_GRACE_MS, () => req.complete)
+      // The next request on a kept-alive connection has its own headers deadline.
+      res.once('finish', () => arm(socket, headersMs))
+    },
+  }
+}
 
 /**
  * A node:http server (not yet listening) over `options.engine` (a
@@ -81,16 +114,23 @@ function createServer(options = {}) {
   }
   const core = createCore(engineOrPromise, serverOptions)
   const { headersTimeoutMs, requestTimeoutMs } = core.options
+  const deadlines = socketDeadlines(headersTimeoutMs, requestTimeoutMs)
   const server = http.createServer(
     {
-      // Node drops a connection whose headers (or whole request) are not in by
-      // then with 408; it checks every connectionsCheckingInterval ms.
+      // Node's own deadlines, as a second line: its sweep (every
+      // connectionsCheckingInterval ms) left a lone stalled connection open
+      // for 25–60 s in 22 of 26 tries here; the socket timers below do not
+      // depend on it.
       headersTimeout: headersTimeoutMs && requestTimeoutMs ? Math.min(headersTimeoutMs, requestTimeoutMs) : headersTimeoutMs,
       requestTimeout: requestTimeoutMs,
       connectionsCheckingInterval: Math.max(100, Math.min(1000, headersTimeoutMs || 1000, requestTimeoutMs || 1000)),
     },
-    (req, res) => serve(core, nodeExchange(req, res, core.limits)),
+    (req, res) => {
+      deadlines.request(req, res)
+      serve(core, nodeExchange(req, res, core.limits))
+    },
   )
+  server.on('connection', deadlines.connection)
 
   const disposeOwned = async () => {
     if (!owned) return
