@@ -72,6 +72,22 @@ function checkSignal(signal) {
   return signal
 }
 
+/**
+ * An array of `n` elements made by `at(i)`, a slice at a time with the
+ * event loop free in between: a million tokens become JavaScript values
+ * without holding other work for the tens of milliseconds that takes.
+ */
+async function sliced(n, at) {
+  const out = new Array(n)
+  for (let start = 0; start < n; start += SLICE) {
+    if (start > 0) await new Promise((r) => setImmediate(r))
+    const end = Math.min(n, start + SLICE)
+    for (let i = start; i < end; i++) out[i] = at(i)
+  }
+  return out
+}
+const SLICE = 1 << 16
+
 function checkTokens(tokens) {
   if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t) && t >= -(2 ** 31) && t < 2 ** 31)) {
     throw engineError('INVALID_REQUEST', 'tokens: expected an array of integer token ids')
@@ -198,9 +214,9 @@ class LlamaEngine {
     const { addBos = false, special = false, withPieces = false } = options || {}
     try {
       const ids = await this.#native.tokenizeAsync(text, Boolean(addBos), Boolean(special))
-      if (!withPieces) return ids
-      const pieces = await this.#native.detokenizeAsync(ids, true)
-      return ids.map((id, i) => ({ id, piece: pieces[i] }))
+      if (!withPieces) return await sliced(ids.length, (i) => ids[i])
+      const { text: joined, ends } = await this.#native.detokenizeAsync(ids, true)
+      return await sliced(ids.length, (i) => ({ id: ids[i], piece: joined.slice(i > 0 ? ends[i - 1] : 0, ends[i]) }))
     } catch (e) {
       throw coded(e)
     }
@@ -211,7 +227,7 @@ class LlamaEngine {
     this.#check()
     checkTokens(tokens)
     try {
-      return await this.#native.detokenizeAsync(tokens, false)
+      return await this.#native.detokenizeAsync(Int32Array.from(tokens), false)
     } catch (e) {
       throw coded(e)
     }

@@ -39,7 +39,7 @@ async function tokenize(ctx) {
     special: body.parse_special !== false,
     withPieces: body.with_pieces === true,
   })
-  ctx.json(200, { tokens })
+  await ctx.jsonList(200, 'tokens', tokens)
 }
 
 async function detokenize(ctx) {

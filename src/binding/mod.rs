@@ -141,9 +141,18 @@ pub enum TextOut {
     Pieces(Vec<String>),
 }
 
+/// Tokens' texts as one string and where each ends (UTF-16 offsets), so
+/// that a million of them cross into JavaScript as two values, not a
+/// million strings made on the JS thread.
+#[napi(object)]
+pub struct JoinedPieces {
+    pub text: String,
+    pub ends: Uint32Array,
+}
+
 impl EngineTask for TextTask {
     type Output = TextOut;
-    type JsValue = Either3<Vec<i32>, String, Vec<String>>;
+    type JsValue = Either3<Int32Array, String, JoinedPieces>;
 
     fn run(&mut self) -> EngineResult<TextOut> {
         let vocab = &self.vocab;
@@ -159,9 +168,17 @@ impl EngineTask for TextTask {
 
     fn to_js(&mut self, _env: &Env, out: TextOut) -> Result<Self::JsValue> {
         Ok(match out {
-            TextOut::Tokens(t) => Either3::A(t),
+            TextOut::Tokens(t) => Either3::A(Int32Array::new(t)),
             TextOut::Text(t) => Either3::B(t),
-            TextOut::Pieces(p) => Either3::C(p),
+            TextOut::Pieces(pieces) => {
+                let mut ends = Vec::with_capacity(pieces.len());
+                let mut at = 0u32;
+                for p in &pieces {
+                    at += p.encode_utf16().count() as u32;
+                    ends.push(at);
+                }
+                Either3::C(JoinedPieces { text: pieces.concat(), ends: Uint32Array::new(ends) })
+            }
         })
     }
 }
@@ -249,16 +266,16 @@ impl NativeEngine {
     }
 
     /// `tokenize` on a thread of the libuv pool, for text of any size.
-    #[napi(ts_return_type = "Promise<number[]>")]
+    #[napi(ts_return_type = "Promise<Int32Array>")]
     pub fn tokenize_async(&self, text: String, add_bos: bool, special: bool) -> AsyncTask<Off<TextTask>> {
         AsyncTask::new(Off(TextTask { vocab: self.engine.vocab().clone(), op: TextOp::Tokenize { text, add_bos, special } }))
     }
 
     /// `detokenize` on a thread of the libuv pool; with `pieces`, each
     /// token's own text instead of the whole (`/tokenize`'s `with_pieces`).
-    #[napi(ts_return_type = "Promise<string | string[]>")]
-    pub fn detokenize_async(&self, tokens: Vec<i32>, pieces: bool) -> AsyncTask<Off<TextTask>> {
-        AsyncTask::new(Off(TextTask { vocab: self.engine.vocab().clone(), op: TextOp::Detokenize { tokens, pieces } }))
+    #[napi(ts_return_type = "Promise<string | JoinedPieces>")]
+    pub fn detokenize_async(&self, tokens: Int32Array, pieces: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.engine.vocab().clone(), op: TextOp::Detokenize { tokens: tokens.to_vec(), pieces } }))
     }
 
     /// `applyChatTemplate` on a thread of the libuv pool.
@@ -322,6 +339,7 @@ impl NativeEngine {
             "trainContextSize": info.n_ctx_train,
             "batchSize": info.n_batch,
             "threads": info.threads,
+            "threadsInUse": if st.threads_in_use > 0 { st.threads_in_use } else { info.threads as usize },
             "vocabSize": info.n_vocab,
             "pooling": info.pooling.as_str(),
             "embeddingSize": info.n_embd,
@@ -411,14 +429,14 @@ impl NativeVocab {
         or_throw(env, self.vocab.render_json(&request_json, add_generation_prompt))
     }
 
-    #[napi(ts_return_type = "Promise<number[]>")]
+    #[napi(ts_return_type = "Promise<Int32Array>")]
     pub fn tokenize_async(&self, text: String, add_bos: bool, special: bool) -> AsyncTask<Off<TextTask>> {
         AsyncTask::new(Off(TextTask { vocab: self.vocab.clone(), op: TextOp::Tokenize { text, add_bos, special } }))
     }
 
-    #[napi(ts_return_type = "Promise<string | string[]>")]
-    pub fn detokenize_async(&self, tokens: Vec<i32>, pieces: bool) -> AsyncTask<Off<TextTask>> {
-        AsyncTask::new(Off(TextTask { vocab: self.vocab.clone(), op: TextOp::Detokenize { tokens, pieces } }))
+    #[napi(ts_return_type = "Promise<string | JoinedPieces>")]
+    pub fn detokenize_async(&self, tokens: Int32Array, pieces: bool) -> AsyncTask<Off<TextTask>> {
+        AsyncTask::new(Off(TextTask { vocab: self.vocab.clone(), op: TextOp::Detokenize { tokens: tokens.to_vec(), pieces } }))
     }
 
     #[napi(ts_return_type = "Promise<string>")]

@@ -84,12 +84,41 @@ pub fn trim(fixed: &[Part], fixed_tokens: f64, drafts: &[Trimmable], n_stream: u
     ks
 }
 
-/// How many prompt tokens a request being prefilled may evaluate this step:
-/// all it has left (up to the batch) when nobody else is generating, else a
-/// chunk, so the requests that stream wait at most one chunk between tokens.
-pub fn prefill_chunk(left: usize, others_generating: bool, room: usize, chunk: usize) -> usize {
-    let cap = if others_generating { chunk.min(room) } else { room };
-    left.min(cap)
+/// A step that prefills beside streaming requests is kept within this long
+/// (or three of their plain steps, on a model where one step is longer)
+/// by the measured batch costs: they wait at most that between two tokens.
+pub const PREFILL_STEP_MS: f64 = 100.0;
+/// The least a prompt advances in a step, whatever the costs say.
+pub const MIN_PREFILL_CHUNK: usize = 16;
+
+/// How many prompt tokens a request being prefilled may evaluate this step,
+/// with `used` tokens already in the batch (`others_generating`: some of
+/// them stream): all it has left (up to the batch, `room`) when nobody
+/// else is generating; else as many as keep the step within its time
+/// budget by `costs` (at least `MIN_PREFILL_CHUNK` when `first`, the
+/// step's first prompt chunk, so that every prompt advances).
+pub fn prefill_chunk(left: usize, used: usize, others_generating: bool, room: usize, costs: &BatchCost, first: bool) -> usize {
+    let cap = left.min(room);
+    if !others_generating {
+        return cap;
+    }
+    let Some(plain) = costs.estimate(used.max(1)) else { return cap.min(MIN_PREFILL_CHUNK) };
+    let budget = PREFILL_STEP_MS.max(3.0 * plain);
+    // The batch cost grows with its size: the largest chunk within budget.
+    let (mut lo, mut hi) = (0, cap);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if costs.estimate(used + mid).is_some_and(|ms| ms <= budget) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if first {
+        lo.max(MIN_PREFILL_CHUNK.min(cap))
+    } else {
+        lo
+    }
 }
 
 #[cfg(test)]
@@ -159,10 +188,20 @@ mod tests {
     }
 
     #[test]
-    fn prefill_chunks_only_when_others_are_generating() {
-        assert_eq!(prefill_chunk(1000, false, 512, 256), 512);
-        assert_eq!(prefill_chunk(1000, true, 512, 256), 256);
-        assert_eq!(prefill_chunk(100, true, 512, 256), 100);
-        assert_eq!(prefill_chunk(1000, true, 50, 256), 50);
+    fn prefill_chunks_only_when_others_are_generating_and_within_the_step_budget() {
+        let c = costs(); // 10 ms for 1, 40 for 8, 70 for 16, 140 for 33, 260 for 64
+                         // Alone: all it has left, up to the batch.
+        assert_eq!(prefill_chunk(1000, 0, false, 512, &c, true), 512);
+        assert_eq!(prefill_chunk(100, 0, false, 512, &c, true), 100);
+        // Beside one stream: the step stays within 100 ms (or 3 plain steps).
+        let n = prefill_chunk(1000, 1, true, 511, &c, true);
+        assert!(c.estimate(1 + n).unwrap() <= PREFILL_STEP_MS && c.estimate(2 + n).unwrap() > PREFILL_STEP_MS, "{n}");
+        assert_eq!(prefill_chunk(5, 1, true, 511, &c, true), 5);
+        assert_eq!(prefill_chunk(1000, 1, true, 10, &c, true), 10);
+        // Where one plain step is long (30 streams here), three of them.
+        let n = prefill_chunk(1000, 30, true, 400, &c, false);
+        assert!(n > 0 && c.estimate(30 + n).unwrap() <= 3.0 * c.estimate(30).unwrap(), "{n}");
+        // Unmeasured costs: a small chunk.
+        assert_eq!(prefill_chunk(1000, 1, true, 400, &BatchCost::new(600), true), MIN_PREFILL_CHUNK);
     }
 }

@@ -24,10 +24,6 @@ use crate::core::speculation::drafter::Draft;
 use crate::core::speculation::schedule::{prefill_chunk, trim, Trimmable};
 use crate::engine::slot::{ms, StepToken, Stop};
 
-/// Prompt tokens a request may evaluate in one step while others stream:
-/// they wait at most one such chunk between two token events.
-const PREFILL_CHUNK: usize = 128;
-
 /// One part of a step's batch: a slot's tokens and what they are for.
 struct Planned {
     slot: usize,
@@ -63,6 +59,7 @@ impl Worker<'_> {
             return Ok(());
         }
         self.build(&mut plan)?;
+        self.apply_threads();
         let t = Instant::now();
         self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
         let step_ms = ms(t);
@@ -71,7 +68,9 @@ impl Worker<'_> {
             slot.copy_pending = false;
         }
         if ubatches(&parts(&plan), self.slots.len(), self.n_batch).len() == 1 {
-            self.costs.observe(self.batch.n_tokens() as usize, step_ms);
+            let n = self.batch.n_tokens() as usize;
+            self.costs.observe(n, step_ms);
+            self.threads.observe(n, step_ms, self.reference.estimate(n));
         }
         // Wall time per token is only this request's own when it decoded alone.
         let alone = plan.len() == 1;
@@ -134,15 +133,17 @@ impl Worker<'_> {
         prefilling.sort_by_key(|&i| self.slots[i].request.as_ref().map(|r| r.started()));
         let mut plan: Vec<Planned> = Vec::new();
         let mut used = generating.len();
+        let mut first = true;
         for i in prefilling {
             let slot = &self.slots[i];
             let Some(r) = slot.request.as_ref() else { continue };
             let done = slot.cached.len();
             let left = r.prompt().len() - done;
-            let chunk = prefill_chunk(left, !generating.is_empty(), self.n_batch.saturating_sub(used), PREFILL_CHUNK);
+            let chunk = prefill_chunk(left, used, !generating.is_empty(), self.n_batch.saturating_sub(used), &self.costs, first);
             if chunk == 0 {
                 continue;
             }
+            first = false;
             used += chunk;
             let tokens = r.prompt()[done..done + chunk].to_vec();
             plan.push(Planned { slot: i, seq: slot.seq, tokens, completes_prompt: chunk == left, draft: None, first_row: 0 });

@@ -1,0 +1,114 @@
+// No request waits on another's synchronous work: 5 MB bodies to /tokenize,
+// /v1/messages/count_tokens and chat are parsed, rendered and tokenized off
+// the event loop and off the engine thread, so a neighbour's stream keeps
+// its pace (no gap over max(250 ms, 3 × its median gap)); and the
+// library's own calls with huge inputs leave the caller's event loop free.
+
+const { loadTarget, user } = require('./helpers')
+const { createServer } = require('../server')
+const { listen, close } = require('./server-helpers')
+
+const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+const BIG = 'All work and no play makes Jack a dull boy. '.repeat(120_000) // ~5.2 MB
+
+/** The longest time the event loop could not run a 1 ms timer while `work` ran. */
+async function loopLag(work) {
+  let last = performance.now()
+  let worst = 0
+  const timer = setInterval(() => {
+    const now = performance.now()
+    worst = Math.max(worst, now - last)
+    last = now
+  }, 1)
+  try {
+    await work()
+  } finally {
+    clearInterval(timer)
+  }
+  return worst
+}
+
+describe('no request waits on another', () => {
+  let engine
+  let server
+  let base
+  beforeAll(async () => {
+    engine = await loadTarget({ contextSize: 1024, parallel: 2 })
+    server = createServer({ engine, signals: false })
+    base = await listen(server)
+  })
+  afterAll(async () => {
+    await close(server)
+    await engine.dispose()
+  })
+
+  test('a neighbour streams at its pace through 5 MB /tokenize, count_tokens and chat bodies', async () => {
+    // The neighbour: a long stream, the arrival time of each chunk noted.
+    const ac = new AbortController()
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: user('Write a very long story about a dragon.'), max_tokens: 100000, ignore_eos: true, temperature: 0, stream: true }),
+      signal: ac.signal,
+    })
+    const arrivals = []
+    const reader = res.body.getReader()
+    const reading = (async () => {
+      try {
+        for (;;) {
+          const { done } = await reader.read()
+          if (done) break
+          arrivals.push(performance.now())
+        }
+      } catch {}
+    })()
+    // The client's own work (serialising 5 MB, parsing the answers) is
+    // done outside the measured window: this process also reads the stream.
+    const bodies = [
+      ['/tokenize', JSON.stringify({ content: BIG })],
+      ['/v1/messages/count_tokens', JSON.stringify({ model: MODEL, messages: user(BIG) })],
+      ['/v1/chat/completions', JSON.stringify({ model: MODEL, messages: user(BIG), max_tokens: 2, temperature: 0 })],
+    ]
+    while (arrivals.length < 20) await new Promise((r) => setTimeout(r, 10))
+    const t0 = performance.now()
+    const answers = await Promise.all(
+      bodies.map(async ([route, body]) => {
+        const r = await fetch(`${base}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+        return [r.status, await r.text()]
+      }),
+    )
+    const t1 = performance.now()
+    expect(answers.map(([status]) => status)).toEqual([200, 200, 200])
+    const [tokenized, counted, chat] = answers.map(([, text]) => JSON.parse(text))
+    expect(tokenized.tokens.length).toBeGreaterThan(1_000_000)
+    expect(counted.input_tokens).toBeGreaterThan(1_000_000)
+    expect(chat.choices[0].message.content.length).toBeGreaterThan(0)
+    // Two more seconds of the stream, then stop it.
+    await new Promise((r) => setTimeout(r, 2000))
+    ac.abort()
+    await reading
+    const gaps = arrivals.slice(1).map((t, i) => [arrivals[i], t - arrivals[i]])
+    const median = [...gaps.map(([, g]) => g)].sort((a, b) => a - b)[Math.floor(gaps.length / 2)]
+    if (process.env.SHOW_GAPS) console.log(gaps.map(([at, g]) => `${Math.round(at - t0)}:${Math.round(g)}`).join(" "), t1 - t0)
+    const during = gaps.filter(([at]) => at >= t0 - 1 && at <= t1).map(([, g]) => g)
+    const worst = Math.max(...during)
+    expect(during.length).toBeGreaterThan(5)
+    const limit = Math.max(250, 3 * median)
+    expect({ worst: Math.round(worst), median: Math.round(median), within: worst <= limit }).toEqual({ worst: Math.round(worst), median: Math.round(median), within: true })
+  }, 120_000)
+
+  test("the library's calls with huge inputs leave the caller's event loop free", async () => {
+    const lags = {
+      tokenizeAsync: await loopLag(() => engine.tokenizeAsync(BIG)),
+      applyChatTemplateAsync: await loopLag(() => engine.applyChatTemplateAsync(user(BIG))),
+      detokenizeAsync: await loopLag(async () => engine.detokenizeAsync((await engine.tokenizeAsync(BIG.slice(0, 2_000_000))))),
+      'complete(messages)': await loopLag(() => engine.complete({ messages: user(BIG), n_predict: 1, temperature: 0 })),
+      'embed(text)': await loopLag(() => engine.embed(BIG.slice(0, 2_000_000), { truncate: true })),
+    }
+    for (const [call, lag] of Object.entries(lags)) expect({ call, blocked: lag > 250 ? Math.round(lag) : false }).toEqual({ call, blocked: false })
+    // The sync forms give the same answers.
+    const text = BIG.slice(0, 10_000)
+    expect(await engine.tokenizeAsync(text)).toEqual(engine.tokenize(text))
+    expect(await engine.detokenizeAsync(engine.tokenize(text))).toBe(engine.detokenize(engine.tokenize(text)))
+  }, 120_000)
+})
