@@ -26,20 +26,26 @@ function isNotFound(e, what) {
 }
 
 // Source builds compute with libgomp (OpenMP), which reads its settings once,
-// when the addon loads it. Every engine has its own thread and so its own
-// OpenMP team: with two engines in a process there are more OpenMP threads
-// than cores, and libgomp then spins only 100 times at each of ggml's
-// barriers (hundreds per token) before sleeping in the kernel, which halved
-// decoding speed while the other engine sat idle (measured: 39–48 tokens/s
-// against 85–98). OMP_WAIT_POLICY=active raises that spin to 1000;
-// GOMP_SPINCOUNT keeps a lone team's spin at libgomp's default (300000,
-// a few ms), so an idle engine still sleeps. Set only while the addon loads
-// (child processes do not inherit them) and never over the host's own.
+// when the addon loads it. A thread that reaches one of ggml's barriers
+// (hundreds per token) before the others waits there: spinning is fastest
+// when every thread has a core, but when one was preempted — the machine
+// busy with other work, a second engine — the others spin through their
+// time slices. libgomp's default (300,000 spins, or 100 with more threads
+// than cores) and OMP_WAIT_POLICY=passive both lose (measured, SmolLM2
+// Q4_1, 2 threads, 64 tokens: 300,000 spins ran 2–24 tokens/s beside two
+// busy processes against 119–133 idle, and loaded in 4–7 s; passive ran
+// 40–46 idle). OMP_WAIT_POLICY=active with GOMP_SPINCOUNT=1000 — tens of
+// microseconds of spinning, then sleep — kept idle speed (114–132) and ran
+// 47–55 beside two busy processes (0.4×, their fair share being 0.5×),
+// loading in ~2 s; docs/benchmarks.md#contention. The engine also moves to
+// one thread when that is faster (src/core/threads.rs). Set only while the
+// addon loads (child processes do not inherit them) and never over the
+// host's own.
 function withOpenMpSettings(load) {
   const env = process.env
   if (env.OMP_WAIT_POLICY !== undefined || env.GOMP_SPINCOUNT !== undefined) return load()
   env.OMP_WAIT_POLICY = 'active'
-  env.GOMP_SPINCOUNT = '300000'
+  env.GOMP_SPINCOUNT = '1000'
   try {
     return load()
   } finally {

@@ -41,13 +41,23 @@
 //             (examples/prefill_ceiling.rs, built into target/ceiling), on
 //             SmolLM2 Q4_1 and gemma-3 Q4_K_M. BENCH_PREFILL_BEFORE=<addon>
 //             adds an older build of the engine (before/after).
+//   contention  the engine on a machine busy with something else: load time
+//             and greedy tokens/s (SmolLM2 Q4_1, 128 tokens, 2 threads),
+//             idle, beside two busy-loop processes, beside a second engine
+//             process streaming, and two engines in one process (both
+//             generating; per engine), each run its own process (bench/
+//             contention.mjs). BENCH_CONTENTION_BEFORE=<addon> adds an older
+//             build (before/after).
+//   isolation isolation: 'process' against in-process: greedy tokens/s and
+//             time to first token of a short chat request, alternated, on
+//             fresh engines of each kind.
 //   prebuilt  the portable addon of `npm run prebuild` (npm/<triple>/, CPU
 //             variant chosen at run time) against the source build
 //             (-C target-cpu=native): plain decoding and prompt evaluation,
 //             alternating processes. In the default list when the prebuilt
 //             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled[,prebuilt]),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation[,prebuilt]),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -71,7 +81,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../native-loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -947,6 +957,114 @@ if (sections.has('prefill')) {
   console.log(`prefill t/s and decode t/s: min–max over ${REPEATS} runs; ttft: median; "prefill vs X": median over the repeats of the engine's run against X's run of the same repeat.`)
   console.log(`(prefill section: ${elapsed(since)})`)
   results.prefill = rows
+}
+
+// contention: scenarios of a busy machine, each measured in processes of
+// their own; the addons (this build, and an older one with
+// BENCH_CONTENTION_BEFORE) alternate within each scenario.
+if (sections.has('contention')) {
+  const since = Date.now()
+  console.log('\n## contention: load time and tokens/s idle and beside other work (SmolLM2 Q4_1, 2 threads, 128 greedy tokens)')
+  const { spawn } = await import('node:child_process')
+  const probe = join(root, 'bench', 'contention.mjs')
+  const addons = { after: null }
+  if (process.env.BENCH_CONTENTION_BEFORE) addons.before = process.env.BENCH_CONTENTION_BEFORE
+  const envOf = (addon) => {
+    const env = { ...process.env }
+    if (addon) env.LLAMA_ENGINE_ADDON = addon
+    else delete env.LLAMA_ENGINE_ADDON
+    return env
+  }
+  const cfg = (extra) => JSON.stringify({ model: TARGET, threads: THREADS, tokens: N, runs: 3, ...extra })
+  const scenarios = {
+    idle: { engines: 1, beside: () => [] },
+    'two busy processes': { engines: 1, beside: () => [0, 1].map(() => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' })) },
+    'a second engine process': { engines: 1, beside: (env) => [spawn(process.execPath, [probe, cfg({ forever: true })], { stdio: 'ignore', env })], settle: 4000 },
+    'two engines in one process': { engines: 2, beside: () => [] },
+  }
+  const rows = []
+  for (const [scenario, sc] of Object.entries(scenarios)) {
+    const runs = Object.fromEntries(Object.keys(addons).map((a) => [a, []]))
+    for (let r = 0; r < REPEATS; r++) {
+      for (const name of r % 2 ? Object.keys(addons).reverse() : Object.keys(addons)) {
+        const env = envOf(addons[name])
+        const bg = sc.beside(env)
+        if (sc.settle) await new Promise((res) => setTimeout(res, sc.settle))
+        try {
+          runs[name].push(JSON.parse(execFileSync(process.execPath, [probe, cfg({ engines: sc.engines })], { env }).toString()))
+        } finally {
+          for (const p of bg) p.kill('SIGKILL')
+        }
+      }
+    }
+    for (const [name, rs] of Object.entries(runs)) {
+      // Per run: the mean over its rounds and engines.
+      const perRun = rs.map((x) => x.tps.flat().reduce((a, b) => a + b, 0) / x.tps.flat().length)
+      rows.push({
+        scenario,
+        addon: name,
+        'load s': `${fmt(Math.min(...rs.map((x) => x.load_ms)) / 1000, 1)}–${fmt(Math.max(...rs.map((x) => x.load_ms)) / 1000, 1)}`,
+        'tok/s': `${fmt(Math.min(...perRun))}–${fmt(Math.max(...perRun))}`,
+        'tok/s median': fmt(median(perRun)),
+        'threads at the end': [...new Set(rs.map((x) => x.threadsInUse.join('+')))].join(', '),
+        runs: rs,
+      })
+    }
+  }
+  const idle = Object.fromEntries(rows.filter((r) => r.scenario === 'idle').map((r) => [r.addon, Number(r['tok/s median'])]))
+  for (const row of rows) row['vs idle'] = `${fmt(Number(row['tok/s median']) / idle[row.addon], 2)}x`
+  table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs'))
+  console.log(`tok/s and load: min–max over ${REPEATS} runs (each the mean of 3 rounds; two engines: per engine); "vs idle": medians; busy processes are \`node -e "for(;;){}"\`.`)
+  console.log(`(contention section: ${elapsed(since)})`)
+  results.contention = rows
+}
+
+// isolation: the engine in a child process against in-process.
+if (sections.has('isolation')) {
+  const since = Date.now()
+  console.log('\n## isolation: isolation "process" against in-process (SmolLM2 Q4_1, 2 threads)')
+  const kinds = { 'in-process': 'none', isolated: 'process' }
+  const runs = { 'in-process': [], isolated: [] }
+  for (let r = 0; r < REPEATS; r++) {
+    for (const kind of r % 2 ? ['isolated', 'in-process'] : ['in-process', 'isolated']) {
+      const t0 = performance.now()
+      const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: CONTEXT, threads: THREADS, isolation: kinds[kind] })
+      const load = performance.now() - t0
+      await engine.complete({ prompt: 'Hello', n_predict: 4, temperature: 0 })
+      const ttfts = []
+      for (let i = 0; i < 5; i++) {
+        const t = performance.now()
+        let first = 0
+        await engine.complete({ messages: [{ role: 'user', content: `Say hello number ${i + r * 5}.` }], n_predict: 2, temperature: 0, cache_prompt: false }, (e) => {
+          if (e.type === 'token' && !first) first = performance.now() - t
+        })
+        ttfts.push(first)
+      }
+      const res = await engine.complete({ prompt: 'Write a long story about a lighthouse keeper.', n_predict: N, temperature: 0, ignore_eos: true, speculative: { mode: 'off' } })
+      let events = 0
+      const t1 = performance.now()
+      await engine.complete({ prompt: 'Write a long story about a lighthouse keeper.', n_predict: N, temperature: 0, ignore_eos: true, speculative: { mode: 'off' } }, () => events++)
+      const wall = performance.now() - t1
+      runs[kind].push({ load, ttft: median(ttfts), tps: res.timings.predicted_per_second, wallTps: N / (wall / 1000), events })
+      await engine.dispose()
+    }
+  }
+  const rows = Object.entries(runs).map(([kind, rs]) => ({
+    kind,
+    'load ms': fmt(median(rs.map((x) => x.load))),
+    'ttft ms': fmt(median(rs.map((x) => x.ttft)), 1),
+    'tok/s (engine)': fmt(median(rs.map((x) => x.tps))),
+    'tok/s (seen by the caller)': fmt(median(rs.map((x) => x.wallTps))),
+  }))
+  const ratio = (f) => {
+    const xs = runs.isolated.map((x, i) => f(x) / f(runs['in-process'][i]))
+    return `${fmt(median(xs), 2)}x (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
+  }
+  rows.push({ kind: 'isolated / in-process', 'load ms': ratio((x) => x.load), 'ttft ms': ratio((x) => x.ttft), 'tok/s (engine)': ratio((x) => x.tps), 'tok/s (seen by the caller)': ratio((x) => x.wallTps) })
+  table(rows, Object.keys(rows[0]))
+  console.log(`medians over ${REPEATS} fresh engines of each kind, alternated; ttft: a 2-token chat request without cache (median of 5); tok/s seen by the caller: ${N} tokens over the wall time of complete() with an event callback.`)
+  console.log(`(isolation section: ${elapsed(since)})`)
+  results.isolation = { rows, runs }
 }
 
 // prebuilt: the portable addon against the source build

@@ -11,6 +11,7 @@
 //!   verification;
 //! - `text`: UTF-8 and stop strings, events and results;
 //! - `embed`: embedding requests checked, token vectors pooled;
+//! - `threads`: how many threads a step computes with, by measurement;
 //! - `error`: the one error type and its stable codes;
 //! - `files`: atomic writes;
 //! - `gguf`: model files read and checked before llama.cpp sees them.
@@ -25,3 +26,4 @@ pub mod request;
 pub mod sampling;
 pub mod speculation;
 pub mod text;
+pub mod threads;

@@ -78,6 +78,7 @@ pub struct Status {
     pub draft_step_ms: Option<f64>,
     pub tokens_cached: usize,
     pub prompt_cache: CacheStats,
+    pub threads_in_use: usize,
 }
 
 /// The handle the binding holds. Cheap to share; every method is callable
@@ -297,6 +298,7 @@ impl Engine {
             draft_step_ms: published.draft_step_ms,
             tokens_cached: published.tokens_cached,
             prompt_cache: published.prompt_cache,
+            threads_in_use: published.threads_in_use,
         }
     }
 

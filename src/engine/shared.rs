@@ -66,6 +66,8 @@ pub struct Published {
     pub tokens_cached: usize,
     /// The host-memory prompt cache.
     pub prompt_cache: CacheStats,
+    /// Threads a step computes with now (`core::threads`).
+    pub threads_in_use: usize,
 }
 
 #[derive(Default)]

@@ -32,6 +32,7 @@ use crate::core::sampling::constraint::{Constraint, Grammar};
 use crate::core::speculation::cost::BatchCost;
 use crate::core::speculation::invariance::InvarianceCheck;
 use crate::core::text::events::{CompletionResult, SpeculativeStats};
+use crate::core::threads::ThreadGovernor;
 
 /// The models an engine thread owns.
 pub struct Models {
@@ -106,6 +107,12 @@ pub struct Worker<'m> {
     embedder: Option<Embedder<'m>>,
     /// The load options, for the embedding context.
     opts: EngineOptions,
+    /// How many threads a step computes with (all, or one on a busy
+    /// machine), by its times against the costs measured at load.
+    threads: ThreadGovernor,
+    reference: BatchCost,
+    /// The thread cap in force on this thread (llama.cpp's).
+    threads_applied: usize,
 }
 
 impl<'m> Worker<'m> {
@@ -151,13 +158,33 @@ impl<'m> Worker<'m> {
             n_batch,
             embedder: None,
             opts: opts.clone(),
+            threads: ThreadGovernor::new(opts.threads.max(1) as usize),
+            reference: BatchCost::new(1),
+            threads_applied: 0,
         };
+        // A cap left on this thread (none is, a thread per engine) would skew the costs.
+        set_thread_cap(0);
         let limits = Limits { n_ctx: worker.n_ctx, n_batch, n_seq: parallel, threads: opts.threads.max(1) as usize };
         worker.invariance = calibrate(&mut worker.ctx, &mut worker.batch, &models.target, limits, &mut worker.costs);
         if let Some(d) = &worker.draft {
             d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
         }
+        worker.reference = worker.costs.clone();
         Ok(worker)
+    }
+
+    /// Caps this thread's decodes at the governor's thread count.
+    fn apply_threads(&mut self) {
+        let n = self.threads.threads();
+        if n != self.threads_applied {
+            set_thread_cap(if n == self.opts.threads.max(1) as usize { 0 } else { n });
+            self.threads_applied = n;
+        }
+    }
+
+    /// Threads the next step computes with.
+    pub fn threads_in_use(&self) -> usize {
+        self.threads.threads()
     }
 
     /// Computes the next chunk of an `embed()` call; true when it is done.
@@ -193,6 +220,7 @@ impl<'m> Worker<'m> {
             draft_step_ms: self.draft.as_ref().and_then(|d| d.borrow().step_ms),
             tokens_cached: self.slots.iter().map(|s| s.cached.len()).sum(),
             prompt_cache: self.prompt_cache.stats(),
+            threads_in_use: self.threads.threads(),
         });
     }
 
@@ -240,6 +268,12 @@ impl<'m> Worker<'m> {
             self.model_ctls.push((key, ctl));
         }
     }
+}
+
+/// llama.cpp's cap on the threads of this thread's decodes (patch 0004; 0: none).
+fn set_thread_cap(n: usize) {
+    // SAFETY: sets a thread-local integer in llama.cpp.
+    unsafe { llama_cpp_sys_2::llama_set_thread_cap(n as i32) }
 }
 
 /// The result of a request that was aborted before it produced anything.
