@@ -10,16 +10,28 @@ export declare class NativeEngine {
   tokenize(text: string, addBos: boolean, special: boolean): Array<number>
   detokenize(tokens: Array<number>): string
   /**
-   * Validates and queues a request; returns its job id. Every event, then
-   * exactly one `done` event or an `Error`, arrives through `onEvent`.
+   * Queues a request (JSON); returns its job id at once. It is parsed,
+   * rendered and tokenized off the JS thread; every event, then exactly
+   * one `done` event or an `Error` (an invalid request's too), arrives
+   * through `onEvent`.
    */
   submit(requestJson: string, onEvent: (event: string | Error) => void): number
   /**
-   * Checks and queues an `embed()` call (`{ input, normalize?, truncate? }`
-   * as JSON); its answer (`{ embeddings: base64[], tokens }`, each vector's
-   * little-endian f32 bytes) or its error arrives through `onEvent`.
+   * Queues an `embed()` call (`{ input, normalize?, truncate? }` as
+   * JSON), checked and tokenized off the JS thread; its answer (`{
+   * embeddings: base64[], tokens }`, each vector's little-endian f32
+   * bytes) or its error arrives through `onEvent`.
    */
   embed(requestJson: string, onEvent: (event: string | Error) => void): void
+  /** `tokenize` on a thread of the libuv pool, for text of any size. */
+  tokenizeAsync(text: string, addBos: boolean, special: boolean): Promise<Int32Array>
+  /**
+   * `detokenize` on a thread of the libuv pool; with `pieces`, each
+   * token's own text instead of the whole (`/tokenize`'s `with_pieces`).
+   */
+  detokenizeAsync(tokens: Int32Array, pieces: boolean): Promise<string | JoinedPieces>
+  /** `applyChatTemplate` on a thread of the libuv pool. */
+  applyChatTemplateAsync(requestJson: string, addGenerationPrompt: boolean): Promise<string>
   /**
    * Renders a chat request's messages (JSON: `messages` and the fields that
    * reach the template, e.g. `tools`) with the engine's chat template.
@@ -51,6 +63,24 @@ export declare class NativeEngine {
 }
 
 /**
+ * A model's vocabulary and chat template without its weights: the
+ * synchronous text work of an engine whose weights live in another
+ * process (`isolation: 'process'`).
+ */
+export declare class NativeVocab {
+  /** Loads the vocabulary (and chat template) of `optionsJson`'s model. */
+  static load(optionsJson: string): Promise<NativeVocab>
+  tokenize(text: string, addBos: boolean, special: boolean): Array<number>
+  detokenize(tokens: Array<number>): string
+  applyChatTemplate(requestJson: string, addGenerationPrompt: boolean): string
+  tokenizeAsync(text: string, addBos: boolean, special: boolean): Promise<Int32Array>
+  detokenizeAsync(tokens: Int32Array, pieces: boolean): Promise<string | JoinedPieces>
+  applyChatTemplateAsync(requestJson: string, addGenerationPrompt: boolean): Promise<string>
+  /** Frees the vocabulary now. */
+  dispose(): void
+}
+
+/**
  * How this addon was built: `dynamicBackends` when llama.cpp's back ends
  * are modules beside it (the prebuilt packages), which GPU modules can join.
  */
@@ -65,6 +95,16 @@ export declare function configureGpu(path?: string | undefined | null, reason?: 
 
 /** The stable `code` of every error the engine raises. */
 export declare function errorCodes(): Array<string>
+
+/**
+ * Tokens' texts as one string and where each ends (UTF-16 offsets), so
+ * that a million of them cross into JavaScript as two values, not a
+ * million strings made on the JS thread.
+ */
+export interface JoinedPieces {
+  text: string
+  ends: Uint32Array
+}
 
 /**
  * Loads a GPU back-end module in this process and computes on each of its

@@ -1,7 +1,7 @@
 // Public types of llama-engine. The native layer's own generated types are
 // in binding.d.ts; this file is the surface users see.
 
-export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INVALID_SESSION' | 'INTERNAL'
+export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INVALID_SESSION' | 'ENGINE_CRASHED' | 'INTERNAL'
 
 /** Every rejection and throw of the engine is an Error with one of these codes. */
 export interface LlamaEngineError extends Error {
@@ -95,6 +95,18 @@ export interface EngineOptions {
    * else `mean`.
    */
   pooling?: 'mean' | 'cls' | 'last'
+  /**
+   * Where the engine runs. `'none'` (default): in this process. `'process'`:
+   * in a child process (Electron's utilityProcess in an Electron main
+   * process, else `child_process.fork`) behind the same API; if it dies (an
+   * assert in llama.cpp, a driver fault, the out-of-memory killer) only its
+   * running and queued requests fail, with `ENGINE_CRASHED`, and a new child
+   * starts. `tokenize`, `detokenize` and `applyChatTemplate` stay synchronous
+   * (this process keeps the vocabulary, not the weights).
+   */
+  isolation?: 'none' | 'process'
+  /** With `isolation: 'process'`: start a new child when one dies (with backoff). Default true. */
+  restart?: boolean
 }
 
 /** What `embed()` takes besides its input. */
@@ -359,6 +371,12 @@ export type CompletionEvent = TokenEvent | DoneEvent
 export interface EngineStatus {
   /** Requests waiting for a slot. */
   queued: number
+  /**
+   * Where the engine runs: `mode` and `pid` (this process's with `'none'`),
+   * how many times a dead child was restarted, whether one is restarting
+   * now, and how the last one died.
+   */
+  isolation?: { mode: 'none' | 'process'; pid: number; restarts: number; restarting?: boolean; lastCrash?: string }
   /** Requests decoding now (at most `parallel`). */
   active?: number
   /** Slots: requests decoded together. */
