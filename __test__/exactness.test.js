@@ -228,3 +228,28 @@ describe('the load-time self-check', () => {
     expect(out.env).toBe('0')
   })
 })
+
+// The engine computes with one thread instead of all when that is faster
+// (a machine busy with other work, src/core/threads.rs): the thread count
+// must not change a single bit.
+describe.each(matrix([TARGET, GEMMA, F16, model('gemma-3-270m.Q6_K.gguf')], [TARGET, GEMMA]))('%s: one thread and two give the same bits', (file) => {
+  test('greedy tokens and probabilities, a prompt prefilled in one batch, then decoded', async () => {
+    const request = {
+      prompt: 'The history of the lighthouse begins with ' + 'a long prompt prefilled in one batch of many rows. '.repeat(8),
+      n_predict: 24,
+      temperature: 0,
+      n_probs: 5,
+      speculative: { mode: 'off' },
+    }
+    const out = []
+    for (const threads of [1, 2]) {
+      const engine = await LlamaEngine.load({ modelPath: file, contextSize: 1024, threads })
+      try {
+        out.push((await engine.complete(request)).completion_probabilities)
+      } finally {
+        await engine.dispose()
+      }
+    }
+    expect(out[1]).toEqual(out[0])
+  })
+})
