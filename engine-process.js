@@ -25,7 +25,7 @@ const ids = new Map() // the parent's request id -> the engine's
 const wireError = (e) => ({ code: (e && e.code) || 'INTERNAL', message: String((e && e.message) || e), field: e && e.field })
 
 function status() {
-  return { ...engine.status(), addon: native.from }
+  return { ...engine.status(), addon: native.from, rss: process.memoryUsage.rss() }
 }
 
 /** A handle for calls whose events, or one answer, go back to the parent as `id`'s. */

@@ -352,8 +352,9 @@ class IsolatedNative {
   status() {
     const completions = [...this.#pending.values()].filter((p) => p.kind === 'complete').length + this.#waiting.length
     const active = this.#state === 'ready' ? Math.min(completions, this.#parallel) : 0
+    const { rss, ...snapshot } = this.#snapshot
     return {
-      ...this.#snapshot,
+      ...snapshot,
       queued: completions - active,
       active,
       busy: active > 0,
@@ -363,6 +364,7 @@ class IsolatedNative {
         pid: this.#proc ? this.#proc.pid : 0,
         restarts: this.#restarts,
         restarting: this.#state === 'restarting',
+        ...(rss ? { rss } : {}),
         ...(this.#lastCrash !== undefined ? { lastCrash: this.#lastCrash } : {}),
       },
     }

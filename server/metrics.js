@@ -92,6 +92,9 @@ class Metrics {
     ])
     metric('llama_engine_slots_busy', 'gauge', 'Slots decoding a request (engine.status().active).', [[{}, status?.active ?? 0]])
     metric('llama_engine_slots', 'gauge', 'Slots: requests decoded together (engine.status().parallel).', [[{}, status?.parallel ?? 0]])
+    metric('process_resident_memory_bytes', 'gauge', "The server process's resident memory.", [[{}, process.memoryUsage.rss()]])
+    if (status?.isolation?.rss) metric('llama_engine_process_resident_memory_bytes', 'gauge', "The isolated engine process's resident memory.", [[{}, status.isolation.rss]])
+    metric('llama_engine_prompt_cache_bytes', 'gauge', "Bytes held by the engine's host-memory prompt cache.", [[{}, status?.promptCache?.bytes ?? 0]])
     histogram('llama_engine_time_to_first_token_seconds', 'Seconds from the request to its first generated token (queueing and prefill included).', this.ttft)
     histogram('llama_engine_time_per_output_token_seconds', 'Seconds per generated token after the first.', this.perToken)
     return out.join('\n') + '\n'

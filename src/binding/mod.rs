@@ -156,14 +156,21 @@ impl EngineTask for TextTask {
 
     fn run(&mut self) -> EngineResult<TextOut> {
         let vocab = &self.vocab;
-        match &self.op {
+        let size = match &self.op {
+            TextOp::Tokenize { text, .. } => text.len(),
+            TextOp::Detokenize { tokens, .. } => 4 * tokens.len(),
+            TextOp::Template { request_json, .. } => request_json.len(),
+        };
+        let out = match &self.op {
             TextOp::Tokenize { text, add_bos, special } => vocab.tokenize(text, *add_bos, *special).map(TextOut::Tokens),
             TextOp::Detokenize { tokens, pieces: false } => vocab.detokenize(tokens).map(TextOut::Text),
             TextOp::Detokenize { tokens, pieces: true } => vocab.pieces(tokens).map(TextOut::Pieces),
             TextOp::Template { request_json, add_generation_prompt } => {
                 vocab.render_json(request_json, *add_generation_prompt).map(TextOut::Text)
             }
-        }
+        };
+        crate::engine::memory::release_after(size);
+        out
     }
 
     fn to_js(&mut self, _env: &Env, out: TextOut) -> Result<Self::JsValue> {
@@ -257,7 +264,9 @@ impl NativeEngine {
         }
         let tsfn = JsEventSink::function(&on_event)?;
         self.engine.prepare_then(Box::new(JsEventSink::new(tsfn)), move |engine, sink| {
-            match parse_json(&request_json, "input").and_then(|v| engine.prepare_embed(&v)) {
+            let prepared = parse_json(&request_json, "input").and_then(|v| engine.prepare_embed(&v));
+            crate::engine::memory::release_after(request_json.len());
+            match prepared {
                 Ok((inputs, normalize)) => engine.submit_embed(inputs, normalize, sink),
                 Err(e) => sink.reply(Err(e)),
             }

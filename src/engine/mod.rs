@@ -22,6 +22,7 @@
 //!   without weights, for an isolated engine's parent);
 //! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
 //! - `llama_log.rs`: llama.cpp's log, silent, kept while a model loads;
+//! - `memory.rs`: freed memory given back after large inputs;
 //! - `gpu.rs`: the GPU back end, its probe, and why none computes.
 
 mod attention_check;
@@ -34,6 +35,7 @@ pub mod ggml_setup;
 pub mod gpu;
 pub mod kv;
 pub mod llama_log;
+pub mod memory;
 pub mod model;
 mod prepare;
 pub mod sampler;
@@ -180,6 +182,7 @@ impl Engine {
             Ok((request, tokens))
         }))
         .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
+        memory::release_after(json.len());
         let (request, tokens) = match prepared {
             Ok(p) => p,
             Err(e) => {

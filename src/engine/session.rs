@@ -41,6 +41,7 @@ impl Engine {
                 .map_err(|e| EngineError::invalid("conversation", format!("not valid JSON ({e})")))
                 .and_then(|conversation| engine.save_job(&path, conversation))
                 .and_then(|(request, session)| Ok((engine.tokenize_request(&request)?, request, session)));
+            super::memory::release_after(conversation_json.len());
             match job {
                 Ok((tokens, request, session)) => {
                     let id = engine.next_job_id();

@@ -74,8 +74,13 @@ impl PromptCache {
     }
 
     /// Keeps a state of `tokens`. States it extends (their tokens are a
-    /// prefix of these) go; then the least recently used, until it fits. A
-    /// state larger than the whole cache is not kept.
+    /// prefix of these) go, and so do its siblings: states that share at
+    /// least three quarters of their tokens with it (the same prompt with
+    /// another answer, another user's turn after the same system prompt) —
+    /// the newest keeps what they share, and a stream of requests on the
+    /// same prompts does not fill the cache with near-copies. Then the
+    /// least recently used go, until it fits. A state larger than the whole
+    /// cache is not kept.
     pub fn insert(&mut self, tokens: Vec<i32>, cells: Cells, windowed: bool) {
         self.clock += 1;
         let entry = Entry { tokens, cells, windowed, used: self.clock };
@@ -83,7 +88,10 @@ impl PromptCache {
         if size > self.limit || self.holds(&entry.tokens) {
             return;
         }
-        self.entries.retain(|e| !entry.tokens.starts_with(&e.tokens));
+        self.entries.retain(|e| {
+            let common = e.tokens.iter().zip(&entry.tokens).take_while(|(a, b)| a == b).count();
+            4 * common < 3 * e.tokens.len()
+        });
         self.bytes = self.entries.iter().map(Entry::bytes).sum();
         while self.bytes + size > self.limit {
             let Some(oldest) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.used).map(|(i, _)| i) else { break };
@@ -170,6 +178,23 @@ mod tests {
         c.insert(toks(0..5), cells(5), false);
         assert_eq!(c.stats().entries, 1);
         assert_eq!(c.stats().bytes, c.entries[0].bytes());
+    }
+
+    #[test]
+    fn siblings_give_way_to_the_newest_so_repeats_do_not_fill_the_cache() {
+        let mut c = PromptCache::new(1 << 24);
+        let answer =
+            |prompt: std::ops::Range<i32>, answer: i32| -> Vec<i32> { toks(prompt).into_iter().chain([answer, answer + 1]).collect() };
+        // The same 30-token prompt answered ten ways: one entry, the newest.
+        for a in 0..10 {
+            c.insert(answer(0..30, 1000 + 10 * a), cells(32), false);
+        }
+        assert_eq!(c.stats().entries, 1);
+        assert_eq!(c.entries[0].tokens[30], 1090);
+        // A different prompt sharing less than three quarters stays apart.
+        c.insert(toks(0..10).into_iter().chain(500..540).collect(), cells(50), false);
+        assert_eq!(c.stats().entries, 2);
+        assert_eq!(c.stats().bytes, c.entries.iter().map(Entry::bytes).sum::<usize>());
     }
 
     #[test]

@@ -155,6 +155,10 @@ impl<'m> Worker<'m> {
         let n_given = tokens.len();
         let n_keep = prompt::effective_n_keep(req.n_keep, n_given, self.n_ctx);
         let truncated = prompt::truncate_prompt(&mut tokens, n_keep, self.n_ctx);
+        if truncated {
+            tokens.shrink_to_fit();
+            crate::engine::memory::release_after(4 * n_given);
+        }
         Ok(Prepared { sampler, kinds, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint })
     }
 

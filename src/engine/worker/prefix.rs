@@ -175,7 +175,10 @@ impl Worker<'_> {
         }
         let Ok(cells) = kv::save(&self.ctx, slot.seq) else { return };
         if let Ok(layout) = cells.check(n) {
+            let held = self.prompt_cache.stats().bytes + cells.len();
             self.prompt_cache.insert(tokens, cells, layout.windowed);
+            // States it replaced or pushed out are megabytes each: give them back.
+            crate::engine::memory::release_after(held.saturating_sub(self.prompt_cache.stats().bytes));
         }
     }
 

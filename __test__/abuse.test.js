@@ -1,0 +1,59 @@
+// A server under abuse: the hostile bodies of every protocol, a flood of
+// 120 connections and 60 cut streams (abuse.js), twice, against
+// `llama-engine serve` in a process of its own. No 5xx; the server still
+// answers; and its memory settles: after the second run, resident memory
+// apart from the prompt cache (a cache, bounded by promptCacheMB, whose
+// size /metrics reports) is within 50 MB of where it was after the first.
+
+const path = require('node:path')
+const { spawn } = require('node:child_process')
+const { TARGET } = require('./helpers')
+const { until } = require('./server-helpers')
+const { abuse } = require('./abuse')
+
+const CLI = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
+
+async function metric(base, name) {
+  const text = await (await fetch(`${base}/metrics`)).text()
+  const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text)
+  return m ? Number(m[1]) : null
+}
+
+test('the hostile suite twice: no 5xx, the server answers, memory settles', async () => {
+  const srv = spawn(process.execPath, [CLI, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '2048', '--isolation', 'none'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  })
+  let log = ''
+  srv.stderr.on('data', (d) => (log += d))
+  try {
+    expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
+    const base = `http://127.0.0.1:${/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1]}`
+    const settle = async () => {
+      await new Promise((r) => setTimeout(r, 1500))
+      const rss = await metric(base, 'process_resident_memory_bytes')
+      const cache = await metric(base, 'llama_engine_prompt_cache_bytes')
+      return { rss, cache, rest: rss - cache }
+    }
+    const before = await settle()
+    const runs = []
+    for (let i = 0; i < 2; i++) {
+      const { statuses, fiveHundreds } = await abuse(base)
+      expect(fiveHundreds).toEqual([])
+      expect(statuses.get(429)).toBeGreaterThan(0) // the flood went past the queue
+      runs.push(await settle())
+    }
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'Still there?' }], max_tokens: 4 }),
+    })
+    expect(res.status).toBe(200)
+    const mb = (x) => Math.round(x / 2 ** 20)
+    const seen = { before: mb(before.rss), first: mb(runs[0].rss), second: mb(runs[1].rss), cacheFirst: mb(runs[0].cache), cacheSecond: mb(runs[1].cache) }
+    if (process.env.SHOW_MEMORY) console.log(seen)
+    expect({ ...seen, settled: runs[1].rest - runs[0].rest < 50 * 2 ** 20 }).toEqual({ ...seen, settled: true })
+    expect(runs[1].cache).toBeLessThanOrEqual(1024 * 2 ** 20)
+  } finally {
+    srv.kill('SIGKILL')
+  }
+}, 300_000)
