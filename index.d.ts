@@ -374,9 +374,10 @@ export interface EngineStatus {
   /**
    * Where the engine runs: `mode` and `pid` (this process's with `'none'`),
    * how many times a dead child was restarted, whether one is restarting
-   * now, and how the last one died.
+   * now, how the last one died, and the child's resident memory (bytes, as
+   * of its last answer).
    */
-  isolation?: { mode: 'none' | 'process'; pid: number; restarts: number; restarting?: boolean; lastCrash?: string }
+  isolation?: { mode: 'none' | 'process'; pid: number; restarts: number; restarting?: boolean; lastCrash?: string; rss?: number }
   /** Requests decoding now (at most `parallel`). */
   active?: number
   /** Slots: requests decoded together. */
@@ -390,6 +391,11 @@ export interface EngineStatus {
   trainContextSize?: number
   batchSize?: number
   threads?: number
+  /**
+   * Threads a step computes with now: `threads`, or 1 while the engine finds
+   * one faster (a machine busy with other work, a second engine).
+   */
+  threadsInUse?: number
   vocabSize?: number
   /** How `embed()` pools (`EngineOptions.pooling`, else the GGUF's, else `mean`). */
   pooling?: 'mean' | 'cls' | 'last'

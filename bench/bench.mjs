@@ -47,7 +47,8 @@
 //             process streaming, and two engines in one process (both
 //             generating; per engine), each run its own process (bench/
 //             contention.mjs). BENCH_CONTENTION_BEFORE=<addon> adds an older
-//             build (before/after).
+//             build (before/after), BENCH_CONTENTION_BEFORE_ENV=K=V,… the
+//             environment it ran with.
 //   isolation isolation: 'process' against in-process: greedy tokens/s and
 //             time to first token of a short chat request, alternated, on
 //             fresh engines of each kind.
@@ -969,9 +970,11 @@ if (sections.has('contention')) {
   const probe = join(root, 'bench', 'contention.mjs')
   const addons = { after: null }
   if (process.env.BENCH_CONTENTION_BEFORE) addons.before = process.env.BENCH_CONTENTION_BEFORE
+  // The older build's own environment (K=V,…), e.g. the spin settings its loader set.
+  const beforeEnv = Object.fromEntries((process.env.BENCH_CONTENTION_BEFORE_ENV || '').split(',').filter(Boolean).map((kv) => kv.split('=')))
   const envOf = (addon) => {
     const env = { ...process.env }
-    if (addon) env.LLAMA_ENGINE_ADDON = addon
+    if (addon) Object.assign(env, { LLAMA_ENGINE_ADDON: addon }, beforeEnv)
     else delete env.LLAMA_ENGINE_ADDON
     return env
   }
