@@ -155,22 +155,26 @@ impl EngineTask for TextTask {
     type JsValue = Either3<Int32Array, String, JoinedPieces>;
 
     fn run(&mut self) -> EngineResult<TextOut> {
-        let vocab = &self.vocab;
-        let size = match &self.op {
-            TextOp::Tokenize { text, .. } => text.len(),
-            TextOp::Detokenize { tokens, .. } => 4 * tokens.len(),
-            TextOp::Template { request_json, .. } => request_json.len(),
-        };
-        let out = match &self.op {
-            TextOp::Tokenize { text, add_bos, special } => vocab.tokenize(text, *add_bos, *special).map(TextOut::Tokens),
-            TextOp::Detokenize { tokens, pieces: false } => vocab.detokenize(tokens).map(TextOut::Text),
-            TextOp::Detokenize { tokens, pieces: true } => vocab.pieces(tokens).map(TextOut::Pieces),
-            TextOp::Template { request_json, add_generation_prompt } => {
-                vocab.render_json(request_json, *add_generation_prompt).map(TextOut::Text)
-            }
-        };
-        crate::engine::memory::release_after(size);
-        out
+        let vocab = self.vocab.clone();
+        let op = std::mem::replace(&mut self.op, TextOp::Detokenize { tokens: Vec::new(), pieces: false });
+        // On a low-priority thread: the engine's steps go first.
+        crate::engine::background::run_low(move || {
+            let size = match &op {
+                TextOp::Tokenize { text, .. } => text.len(),
+                TextOp::Detokenize { tokens, .. } => 4 * tokens.len(),
+                TextOp::Template { request_json, .. } => request_json.len(),
+            };
+            let out = match &op {
+                TextOp::Tokenize { text, add_bos, special } => vocab.tokenize(text, *add_bos, *special).map(TextOut::Tokens),
+                TextOp::Detokenize { tokens, pieces: false } => vocab.detokenize(tokens).map(TextOut::Text),
+                TextOp::Detokenize { tokens, pieces: true } => vocab.pieces(tokens).map(TextOut::Pieces),
+                TextOp::Template { request_json, add_generation_prompt } => {
+                    vocab.render_json(request_json, *add_generation_prompt).map(TextOut::Text)
+                }
+            };
+            crate::engine::memory::release_after(size);
+            out
+        })
     }
 
     fn to_js(&mut self, _env: &Env, out: TextOut) -> Result<Self::JsValue> {

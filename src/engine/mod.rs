@@ -23,9 +23,11 @@
 //! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
 //! - `llama_log.rs`: llama.cpp's log, silent, kept while a model loads;
 //! - `memory.rs`: freed memory given back after large inputs;
+//! - `background.rs`: low-priority threads for huge text work;
 //! - `gpu.rs`: the GPU back end, its probe, and why none computes.
 
 mod attention_check;
+pub mod background;
 mod calibrate;
 pub mod chat;
 mod compile;

@@ -30,6 +30,9 @@ impl Preparer {
             // Templates recurse (bounded by their fuel), as does JSON parsing.
             .stack_size(32 << 20)
             .spawn(move || {
+                // Below the engine thread: preparing a huge request must
+                // not slow the steps of those already streaming.
+                super::background::lower_this_thread();
                 while let Ok(work) = rx.recv() {
                     let engine = engine.upgrade();
                     // A panic is the work's own: its sink, dropped with it,

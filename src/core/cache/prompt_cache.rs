@@ -6,6 +6,10 @@
 
 use super::state::Cells;
 
+/// How many last tokens a state may differ in from a newer one and still be
+/// replaced by it (see `PromptCache::insert`).
+const SIBLING_TAIL: usize = 64;
+
 /// A prompt's state.
 pub struct Entry {
     pub tokens: Vec<i32>,
@@ -74,13 +78,14 @@ impl PromptCache {
     }
 
     /// Keeps a state of `tokens`. States it extends (their tokens are a
-    /// prefix of these) go, and so do its siblings: states that share at
-    /// least three quarters of their tokens with it (the same prompt with
-    /// another answer, another user's turn after the same system prompt) —
-    /// the newest keeps what they share, and a stream of requests on the
-    /// same prompts does not fill the cache with near-copies. Then the
-    /// least recently used go, until it fits. A state larger than the whole
-    /// cache is not kept.
+    /// prefix of these) go, and so do its near-copies: states that share
+    /// at least half their tokens with it and differ only in their last
+    /// `SIBLING_TAIL` tokens at most (the same prompt with another short
+    /// answer, a request cut early) — the newest keeps what they share,
+    /// recomputing the rest costs less than a prefill step, and a stream of
+    /// requests on the same prompts does not fill the cache with copies.
+    /// Then the least recently used go, until it fits. A state larger than
+    /// the whole cache is not kept.
     pub fn insert(&mut self, tokens: Vec<i32>, cells: Cells, windowed: bool) {
         self.clock += 1;
         let entry = Entry { tokens, cells, windowed, used: self.clock };
@@ -90,7 +95,8 @@ impl PromptCache {
         }
         self.entries.retain(|e| {
             let common = e.tokens.iter().zip(&entry.tokens).take_while(|(a, b)| a == b).count();
-            4 * common < 3 * e.tokens.len()
+            let near_copy = 2 * common >= e.tokens.len() && e.tokens.len() - common <= SIBLING_TAIL;
+            !near_copy
         });
         self.bytes = self.entries.iter().map(Entry::bytes).sum();
         while self.bytes + size > self.limit {
@@ -191,8 +197,14 @@ mod tests {
         }
         assert_eq!(c.stats().entries, 1);
         assert_eq!(c.entries[0].tokens[30], 1090);
-        // A different prompt sharing less than three quarters stays apart.
+        // A different prompt sharing less than half stays apart.
         c.insert(toks(0..10).into_iter().chain(500..540).collect(), cells(50), false);
+        assert_eq!(c.stats().entries, 2);
+        // Two users after one long system prompt, with turns of 100 tokens:
+        // both kept (recomputing a turn is not free).
+        let mut c = PromptCache::new(1 << 24);
+        c.insert(toks(0..1000).into_iter().chain(2000..2100).collect(), cells(1100), false);
+        c.insert(toks(0..1000).into_iter().chain(3000..3100).collect(), cells(1100), false);
         assert_eq!(c.stats().entries, 2);
         assert_eq!(c.stats().bytes, c.entries.iter().map(Entry::bytes).sum::<usize>());
     }
