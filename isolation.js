@@ -14,6 +14,7 @@
 // process of an Electron app), else child_process.fork; engine-process.js
 // is its side.
 
+const { fork } = require('node:child_process')
 const path = require('node:path')
 
 const CHILD = path.join(__dirname, 'engine-process.js')
@@ -58,7 +59,6 @@ function spawnChild() {
       unref() {},
     }
   }
-  const { fork } = require('node:child_process')
   const child = fork(CHILD, [], { stdio: ['ignore', 'ignore', 'pipe', 'ipc'], serialization: 'advanced', env, execArgv: [] })
   return {
     child,
@@ -170,7 +170,9 @@ class IsolatedNative {
             this.#refresh()
             resolve()
           } else {
+            // Refused: this child is done with, and its exit is no crash to restart from.
             this.#state = 'failed'
+            this.#proc = null
             proc.kill('SIGKILL')
             reject(fromWire(msg.error))
           }
@@ -185,6 +187,7 @@ class IsolatedNative {
         if (loading) {
           loading = false
           this.#state = 'failed'
+          this.#proc = null
           if (first) return reject(coded('MODEL_LOAD_FAILED', `loading the model ${why}`))
           return reject(coded('ENGINE_CRASHED', `restarting: ${why}`))
         }

@@ -15,6 +15,16 @@ function loadIsolated(extra = {}) {
   return LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: 2, isolation: 'process', ...extra })
 }
 
+/** Live engine child processes of this process. */
+function engineChildren() {
+  const out = require('node:child_process').execFileSync('ps', ['-eo', 'pid=,ppid=,args='], { encoding: 'utf8' })
+  return out
+    .split('\n')
+    .map((l) => l.trim().split(/\s+/))
+    .filter((f) => Number(f[1]) === process.pid && f.slice(2).join(' ').includes('engine-process.js'))
+    .map((f) => Number(f[0]))
+}
+
 /** Waits until `f()` is true, polling. */
 async function until(f, ms = 30_000) {
   const end = Date.now() + ms
@@ -163,7 +173,13 @@ describe('isolation: process', () => {
     } finally {
       delete process.env.LLAMA_ENGINE_FAULT_INJECTION
     }
-    // A load the child refuses is refused as in-process.
+    // A load the child refuses is refused as in-process, and nothing is
+    // left behind: no child retrying the load in the background.
     await expect(loadIsolated({ modelPath: path.join(os.tmpdir(), 'no-such.gguf') })).rejects.toMatchObject({ code: 'MODEL_LOAD_FAILED' })
+    const end = Date.now() + 2500
+    while (Date.now() < end) {
+      expect(engineChildren()).toEqual([])
+      await new Promise((r) => setTimeout(r, 50))
+    }
   })
 })
