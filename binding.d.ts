@@ -23,6 +23,11 @@ export declare class NativeEngine {
    * bytes) or its error arrives through `onEvent`.
    */
   embed(requestJson: string, onEvent: (event: string | Error) => void): void
+  /**
+   * A chat answer read as the engine reads its own (`parseChatOutput`):
+   * `requestJson` holds the tools and settings.
+   */
+  parseChatOutput(text: string, requestJson: string): { content: string; reasoning_content?: string; tool_calls?: Record<string, unknown>[] }
   /** `tokenize` on a thread of the libuv pool, for text of any size. */
   tokenizeAsync(text: string, addBos: boolean, special: boolean): Promise<Int32Array>
   /**
@@ -73,6 +78,7 @@ export declare class NativeVocab {
   tokenize(text: string, addBos: boolean, special: boolean): Array<number>
   detokenize(tokens: Array<number>): string
   applyChatTemplate(requestJson: string, addGenerationPrompt: boolean): string
+  parseChatOutput(text: string, requestJson: string): { content: string; reasoning_content?: string; tool_calls?: Record<string, unknown>[] }
   tokenizeAsync(text: string, addBos: boolean, special: boolean): Promise<Int32Array>
   detokenizeAsync(tokens: Int32Array, pieces: boolean): Promise<string | JoinedPieces>
   applyChatTemplateAsync(requestJson: string, addGenerationPrompt: boolean): Promise<string>

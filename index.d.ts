@@ -278,6 +278,8 @@ export interface CompletionRequest {
   chat_template_kwargs?: Record<string, unknown>
   /** Default "auto": `<think>` reasoning goes to `reasoning_content`; "none" leaves it in `content`. */
   reasoning_format?: 'auto' | 'none'
+  /** How much the model should think (templates that read `reasoning_effort`, e.g. gpt-oss). */
+  reasoning_effort?: 'low' | 'medium' | 'high'
   /** Default true. */
   cache_prompt?: boolean
   speculative?: SpeculativeOptions
@@ -445,7 +447,30 @@ export interface EngineStatus {
   draftStepMs?: number | null
   ngramCache?: { dynamicEntries: number; staticEntries: number; errors: string[] }
   /** How the model writes tool calls (detected or `toolCallFormat`); null without a chat template. */
-  toolCallFormat?: 'hermes' | 'llama3' | 'mistral' | 'generic' | 'learned' | null
+  toolCallFormat?:
+    | 'hermes'
+    | 'llama3'
+    | 'mistral'
+    | 'generic'
+    | 'learned'
+    | 'gpt-oss'
+    | 'deepseek'
+    | 'deepseek-v3.2'
+    | 'kimi-k2'
+    | 'minimax-m2'
+    | 'seed-oss'
+    | 'glm'
+    | 'qwen3-coder'
+    | 'command-r7b'
+    | 'granite'
+    | 'functionary'
+    | 'firefunction'
+    | 'apertus'
+    | 'lfm2'
+    | 'nemotron'
+    | 'gemma4'
+    | 'auto'
+    | null
 }
 
 export declare class LlamaEngine {
@@ -470,6 +495,20 @@ export declare class LlamaEngine {
    */
   tokenizeAsync(text: string, options?: { addBos?: boolean; special?: boolean; withPieces?: false }): Promise<number[]>
   tokenizeAsync(text: string, options: { addBos?: boolean; special?: boolean; withPieces: true }): Promise<{ id: number; piece: string }[]>
+  /**
+   * A chat answer (generated here or elsewhere) read as the engine reads its
+   * own — content, reasoning, tool calls — given the tools and settings of
+   * the request it answered: the mirror of `applyChatTemplate`.
+   */
+  parseChatOutput(
+    text: string,
+    options?: {
+      tools?: CompletionRequest['tools']
+      parallelToolCalls?: boolean
+      chat_template_kwargs?: Record<string, unknown>
+      reasoning_format?: 'auto' | 'none'
+    },
+  ): { content: string; reasoning_content?: string; tool_calls?: ToolCall[] }
   /** `detokenize` off the JS thread. */
   detokenizeAsync(tokens: number[]): Promise<string>
   /** `applyChatTemplate` off the JS thread. */

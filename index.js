@@ -222,6 +222,33 @@ class LlamaEngine {
     }
   }
 
+  /**
+   * A chat answer (generated here or elsewhere) read as the engine reads
+   * its own: `{ content, reasoning_content?, tool_calls? }`, with the tools
+   * and settings of the request it answered — the mirror of
+   * `applyChatTemplate`.
+   */
+  parseChatOutput(text, options = {}) {
+    this.#check()
+    if (typeof text !== 'string') throw engineError('INVALID_REQUEST', 'text: expected a string')
+    if (options === null || typeof options !== 'object') throw engineError('INVALID_REQUEST', 'options: expected an object')
+    const { tools, parallelToolCalls, chat_template_kwargs, reasoning_format, ...rest } = options
+    const unknown = Object.keys(rest)[0]
+    if (unknown !== undefined) throw engineError('INVALID_REQUEST', `options.${unknown}: not an option of parseChatOutput (tools, parallelToolCalls, chat_template_kwargs, reasoning_format)`)
+    const request = { messages: [{ role: 'user', content: 'Hello' }], tools, parallel_tool_calls: parallelToolCalls, chat_template_kwargs, reasoning_format }
+    let json
+    try {
+      json = JSON.stringify(request, replacer)
+    } catch (e) {
+      throw engineError('INVALID_REQUEST', `options: cannot be serialised (${e.message})`)
+    }
+    try {
+      return this.#native.parseChatOutput(text, json)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
   /** `detokenize` off the JS thread. */
   async detokenizeAsync(tokens) {
     this.#check()

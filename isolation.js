@@ -340,6 +340,10 @@ class IsolatedNative {
     return this.#vocab.applyChatTemplate(json, addGenerationPrompt)
   }
 
+  parseChatOutput(text, json) {
+    return this.#vocab.parseChatOutput(text, json)
+  }
+
   tokenizeAsync(text, addBos, special) {
     return this.#vocab.tokenizeAsync(text, addBos, special)
   }

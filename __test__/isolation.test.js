@@ -67,6 +67,9 @@ describe('isolation: process', () => {
       expect(engine.applyChatTemplate(user('hi'))).toBe(local.applyChatTemplate(user('hi')))
       expect(await engine.tokenizeAsync(text)).toEqual(local.tokenize(text))
       expect(await engine.applyChatTemplateAsync(user('hi'))).toBe(local.applyChatTemplate(user('hi')))
+      const answer = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+      const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'number' } } } } }]
+      expect(engine.parseChatOutput(answer, { tools }).tool_calls[0].function).toEqual(local.parseChatOutput(answer, { tools }).tool_calls[0].function)
 
       // Chat, stream(), embed(), errors with their fields.
       const chat = await engine.complete({ messages: user('Name a colour.'), n_predict: 12, temperature: 0 })

@@ -278,6 +278,13 @@ impl NativeEngine {
         Ok(())
     }
 
+    /// A chat answer read as the engine reads its own (`parseChatOutput`):
+    /// `requestJson` holds the tools and settings.
+    #[napi(catch_unwind, ts_return_type = "{ content: string; reasoning_content?: string; tool_calls?: Record<string, unknown>[] }")]
+    pub fn parse_chat_output(&self, env: &Env, text: String, request_json: String) -> Result<Value> {
+        or_throw(env, self.engine.vocab().parse_output(&request_json, &text))
+    }
+
     /// `tokenize` on a thread of the libuv pool, for text of any size.
     #[napi(ts_return_type = "Promise<Int32Array>")]
     pub fn tokenize_async(&self, text: String, add_bos: bool, special: bool) -> AsyncTask<Off<TextTask>> {
@@ -360,7 +367,7 @@ impl NativeEngine {
             "batchInvariance": info.batch_invariance,
             "cpuBackend": crate::engine::ggml_setup::cpu_backend(),
             "gpu": gpu_status(info),
-            "toolCallFormat": self.engine.chat_format().map(|f| f.tools.family.as_str()),
+            "toolCallFormat": self.engine.vocab().chat_family(),
             "tokensCached": st.tokens_cached,
             "promptCache": {
                 "entries": st.prompt_cache.entries,
@@ -440,6 +447,11 @@ impl NativeVocab {
     #[napi(catch_unwind)]
     pub fn apply_chat_template(&self, env: &Env, request_json: String, add_generation_prompt: bool) -> Result<String> {
         or_throw(env, self.vocab.render_json(&request_json, add_generation_prompt))
+    }
+
+    #[napi(catch_unwind, ts_return_type = "{ content: string; reasoning_content?: string; tool_calls?: Record<string, unknown>[] }")]
+    pub fn parse_chat_output(&self, env: &Env, text: String, request_json: String) -> Result<Value> {
+        or_throw(env, self.vocab.parse_output(&request_json, &text))
     }
 
     #[napi(ts_return_type = "Promise<Int32Array>")]

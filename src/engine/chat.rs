@@ -4,8 +4,18 @@
 //! preamble), and the plan of the generation — how its output is read
 //! (reasoning, tool calls) and what constrains it.
 
+use std::sync::{Arc, Mutex};
+
+use rand::Rng;
+
 use llama_cpp_2::model::LlamaModel;
-use serde_json::Value;
+use serde_json::{json, Value};
+
+use super::chat_native::{self, NativeParser};
+use crate::core::chat::output::{OutputParser, ToolCall};
+use crate::core::chat::reparse::{ReparseReader, SharedParser};
+use crate::core::chat::tools::ToolChoice;
+use crate::core::sampling::noise;
 
 use super::model::special_token;
 use crate::core::chat::format::OutputFormat;
@@ -21,12 +31,75 @@ use crate::core::sampling::constraint::Grammar;
 pub struct Chat {
     pub template: ChatTemplate,
     pub format: ChatFormat,
+    /// When the model writes its calls (or reasoning) in a syntax that is
+    /// none of ours: the family whose answers llama.cpp's chat code reads.
+    pub native: Option<Native>,
+    /// The template refuses a system message (gemma 2): it is put at the
+    /// start of the first user message, as llama.cpp does.
+    pub fold_system: bool,
+}
+
+/// Whether a template writes the tools it is given into the prompt.
+fn shows_tools(template: &ChatTemplate) -> bool {
+    const NAME: &str = "zq_probe_tool_7";
+    let tool = json!({ "type": "function", "function": { "name": NAME, "description": "A probe.", "parameters": { "type": "object", "properties": {} } } });
+    let render = Render { add_generation_prompt: true, tools: Some(vec![tool]), kwargs: Default::default() };
+    template.render_json(&[json!({ "role": "user", "content": "Hi" })], &render, "messages").is_ok_and(|text| text.contains(NAME))
+}
+
+/// Whether a template reads call arguments as objects (most) or only as
+/// JSON text (functionary v3.2 concatenates them to strings).
+fn reads_object_arguments(template: &ChatTemplate) -> bool {
+    let tool = json!({ "type": "function", "function": { "name": "probe", "parameters": { "type": "object", "properties": { "x": { "type": "string" } } } } });
+    let conversation = |args: Value| {
+        vec![
+            json!({ "role": "user", "content": "Hi" }),
+            json!({ "role": "assistant", "content": "", "tool_calls": [{ "id": "call_1", "type": "function", "function": { "name": "probe", "arguments": args } }] }),
+        ]
+    };
+    let render = Render { add_generation_prompt: false, tools: Some(vec![tool]), kwargs: Default::default() };
+    let object = template.render_json(&conversation(json!({ "x": "1" })), &render, "messages");
+    let text = template.render_json(&conversation(json!("{\"x\": \"1\"}")), &render, "messages");
+    object.is_ok() || text.is_err()
+}
+
+/// Whether a template refuses a system message that it would render as a user's.
+fn folds_system(template: &ChatTemplate) -> bool {
+    let render = Render { add_generation_prompt: true, ..Default::default() };
+    let system = template.render_json(
+        &[json!({ "role": "system", "content": "S" }), json!({ "role": "user", "content": "U" })],
+        &render,
+        "messages",
+    );
+    system.is_err() && template.render_json(&[json!({ "role": "user", "content": "S\nU" })], &render, "messages").is_ok()
 }
 
 impl Chat {
-    pub fn new(template: ChatTemplate, source: &str, forced: Option<Family>) -> Chat {
-        let format = ChatFormat::detect(&template, source, forced);
-        Chat { template, format }
+    pub fn new(template: ChatTemplate, source: &str, forced: Option<Family>, bos: &str, eos: &str) -> Chat {
+        let mut format = ChatFormat::detect(&template, source, forced);
+        // llama.cpp's reading wins over ours where ours is only the
+        // preamble or a syntax our probes learnt: it knows the family's
+        // reasoning and response markers too.
+        let ours = matches!(format.tools.family, Family::Generic | Family::Learned);
+        // Only for templates that show tools: one that ignores them gets our
+        // preamble, and then our syntax is the one to read.
+        let native = if forced.is_none() && ours && shows_tools(&template) { Native::detect(source, bos, eos) } else { None };
+        if native.is_some() {
+            // The template shows the tools in the model's own syntax: no
+            // preamble; calls in history reach it as it reads them.
+            format.tools.template_shows_tools = true;
+            format.tools.object_arguments = reads_object_arguments(&template);
+        }
+        let fold_system = folds_system(&template);
+        Chat { template, format, native, fold_system }
+    }
+
+    /// The name of the family its answers are read as (`status().toolCallFormat`).
+    pub fn family(&self) -> &'static str {
+        match &self.native {
+            Some(n) => n.name,
+            None => self.format.tools.family.as_str(),
+        }
     }
 }
 
@@ -37,13 +110,32 @@ impl Chat {
 pub fn render(chat: &Chat, messages: &[ChatMessage], options: &ChatOptions, add_generation_prompt: bool) -> Result<String> {
     let syntax = &chat.format.tools;
     let messages: Vec<Value> = messages.iter().map(ChatMessage::to_json).collect();
-    let prepared = prepare_messages(&messages, syntax, if options.calls_tools() { &options.tools } else { &[] });
+    let mut prepared = prepare_messages(&messages, syntax, if options.calls_tools() { &options.tools } else { &[] });
+    if chat.fold_system && prepared.len() > 1 && prepared[0].get("role").and_then(Value::as_str) == Some("system") {
+        // As llama.cpp: the system text, a newline, then the next message's.
+        let system = prepared.remove(0);
+        let text = |m: &Value| m.get("content").and_then(Value::as_str).unwrap_or("").to_string();
+        let joined = format!("{}\n{}", text(&system), text(&prepared[0]));
+        if let Some(first) = prepared[0].as_object_mut() {
+            first.insert("content".into(), Value::String(joined));
+        }
+    }
     let render = Render {
         add_generation_prompt,
         tools: (syntax.template_shows_tools && !options.tools.is_empty()).then(|| options.tools.iter().map(|t| t.raw.clone()).collect()),
-        kwargs: options.template_kwargs.clone(),
+        kwargs: with_thinking_default(&options.template_kwargs),
     };
     chat.template.render_json(&prepared, &render, "messages")
+}
+
+/// The template's variables: `enable_thinking` is true unless the request
+/// says otherwise, as llama.cpp renders (templates that close the thinking
+/// of their generation prompt when it is not set would otherwise think
+/// nothing by default).
+fn with_thinking_default(kwargs: &serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    let mut kwargs = kwargs.clone();
+    kwargs.entry("enable_thinking").or_insert(Value::Bool(true));
+    kwargs
 }
 
 /// Prepares `req`: renders its messages into its prompt and plans its
@@ -90,9 +182,186 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
     } else {
         "response_format"
     };
+    if let Some(native) = &chat.native {
+        // llama.cpp reads this family's answers; what constrains them is
+        // only a JSON answer's schema (tool calls are not constrained yet).
+        let made = native.for_request(options)?;
+        markers.extend(made.markers.iter().filter_map(|m| special(m)).map(|t| t as i32));
+        for stop in &made.stops {
+            if !req.stop.contains(stop) {
+                req.stop.push(stop.clone());
+            }
+        }
+        // This family's calls are read, not constrained (llama.cpp's GBNF
+        // for them needs the generation prompt consumed first and spells
+        // free text character by character, beyond llguidance's budget);
+        // a JSON answer's schema still constrains.
+        let grammar = if calls { None } else { constraint_grammar(format, options, start, &special).map(|g| (Grammar::Lark(g), field)) };
+        if req.grammar.is_some() && grammar.is_some() {
+            return Err(EngineError::invalid("grammar", "cannot be combined with a JSON response_format (it brings its own constraint)"));
+        }
+        req.plan = ChatPlan { output: None, reader: Some(made.parser.clone()), grammar, marker_tokens: markers };
+        req.prompt = vec![PromptPart::Chat(prompt)];
+        return Ok(());
+    }
     let grammar = constraint_grammar(format, options, start, &special).map(|g| (Grammar::Lark(g), field));
-    req.plan =
-        ChatPlan { output: (output.calls.is_some() || output.reasoning.is_some()).then_some(output), grammar, marker_tokens: markers };
+    if req.grammar.is_some() && grammar.is_some() {
+        return Err(EngineError::invalid(
+            "grammar",
+            "cannot be combined with tools or a JSON response_format (they bring their own constraint)",
+        ));
+    }
+    req.plan = ChatPlan {
+        output: (output.calls.is_some() || output.reasoning.is_some()).then_some(output),
+        reader: None,
+        grammar,
+        marker_tokens: markers,
+    };
     req.prompt = vec![PromptPart::Chat(prompt)];
     Ok(())
+}
+
+/// Parsers made for recent sets of tools and settings: agents send the same
+/// tools every turn.
+const NATIVE_KEPT: usize = 16;
+
+/// A family llama.cpp's chat code reads (a parser per family in its
+/// `common/chat.cpp`, or one its auto-parser derives from the template's
+/// renders). Which family is read from what the template writes.
+pub struct Native {
+    pub name: &'static str,
+    source: String,
+    bos: String,
+    eos: String,
+    made: Mutex<Vec<(String, Arc<NativeMade>)>>,
+}
+
+/// What reading one request's answer needs.
+pub struct NativeMade {
+    pub parser: SharedParser,
+    /// Texts of special tokens the parser reads (kept in the answer's text).
+    pub markers: Vec<String>,
+    /// Texts that end the answer (gpt-oss's `<|call|>`), as llama.cpp's server stops at them.
+    pub stops: Vec<String>,
+}
+
+/// Families by a marker their templates write (for names; the parsing is
+/// llama.cpp's whatever the name).
+const FAMILIES: [(&str, &[&str]); 17] = [
+    ("gpt-oss", &["<|channel|>"]),
+    ("deepseek-v3.2", &["DSML"]),
+    ("deepseek", &["tool▁calls▁begin"]),
+    ("kimi-k2", &["<|tool_calls_section_begin|>"]),
+    ("minimax-m2", &["<minimax:tool_call>"]),
+    ("seed-oss", &["<seed:tool_call>"]),
+    ("glm", &["<arg_key>"]),
+    ("functionary-v3.1", &["Use the function '"]),
+    ("qwen3-coder", &["<function=", "<parameter="]),
+    ("command-r7b", &["<|START_ACTION|>"]),
+    ("granite", &["<|tool_call|>"]),
+    ("functionary", &[">>>all"]),
+    ("firefunction", &["functools["]),
+    ("apertus", &["<|tools_prefix|>"]),
+    ("lfm2", &["<|tool_call_start|>"]),
+    ("nemotron", &["<TOOLCALL>"]),
+    ("gemma4", &["<|tool_call>"]),
+];
+
+impl Native {
+    /// Whether llama.cpp reads more from this template's answers than
+    /// plain text (a probe with one tool): then it reads them.
+    fn detect(source: &str, bos: &str, eos: &str) -> Option<Native> {
+        let probe = json!({
+            "messages": [{ "role": "user", "content": "Hello" }],
+            "tools": [{ "type": "function", "function": { "name": "probe", "description": "A probe.",
+                "parameters": { "type": "object", "properties": { "x": { "type": "string" } } } } }],
+        });
+        let derived = chat_native::derive(source, bos, eos, &probe).ok()?;
+        if derived.format == 0 || derived.parser.is_empty() {
+            return None;
+        }
+        let name = FAMILIES.iter().find(|(_, markers)| markers.iter().any(|m| source.contains(m))).map(|(name, _)| *name).unwrap_or("auto");
+        Some(Native { name, source: source.to_string(), bos: bos.to_string(), eos: eos.to_string(), made: Mutex::new(Vec::new()) })
+    }
+
+    /// The parser for a request with these options (made once per set of
+    /// tools and settings).
+    pub fn for_request(&self, options: &ChatOptions) -> Result<Arc<NativeMade>> {
+        let thinking = options.template_kwargs.get("enable_thinking").and_then(Value::as_bool).unwrap_or(true);
+        // A named call is a required call with only that tool to call.
+        let choice = match options.tool_choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::None => "none",
+            ToolChoice::Required | ToolChoice::Function(_) => "required",
+        };
+        let tools: Vec<Value> = match options.tool_choice {
+            ToolChoice::Function(_) => options.callable().iter().map(|t| t.raw.clone()).collect(),
+            _ => options.tools.iter().map(|t| t.raw.clone()).collect(),
+        };
+        let inputs = json!({
+            "messages": [{ "role": "user", "content": "Hello" }],
+            "tools": tools,
+            "tool_choice": choice,
+            "parallel_tool_calls": options.parallel_tool_calls,
+            "enable_thinking": thinking,
+            "chat_template_kwargs": options.template_kwargs,
+            "reasoning_format": if options.reasoning_format == ReasoningFormat::Auto { "auto" } else { "none" },
+        });
+        let key = inputs.to_string();
+        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = made.iter().position(|(k, _)| *k == key) {
+            let kept = made.remove(i);
+            let m = kept.1.clone();
+            made.push(kept);
+            return Ok(m);
+        }
+        drop(made);
+        let fail = |why: String| EngineError::invalid("messages", format!("llama.cpp cannot read this template's answers: {why}"));
+        let derived = chat_native::derive(&self.source, &self.bos, &self.eos, &inputs).map_err(fail)?;
+        let parser = Arc::new(NativeParser::new(&derived, options.reasoning_format == ReasoningFormat::Auto).map_err(fail)?);
+        let mut markers = derived.preserved_tokens.clone();
+        markers.push(derived.thinking_start_tag.clone());
+        markers.extend(derived.thinking_end_tags.iter().cloned());
+        markers.extend(derived.grammar_triggers.iter().map(|t| t.value.clone()));
+        markers.retain(|m| !m.is_empty());
+        let stops = derived.additional_stops.clone();
+        let m =
+            Arc::new(NativeMade { parser: SharedParser(Arc::new(move |text: &str, partial| parser.parse(text, partial))), markers, stops });
+        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        made.push((key, m.clone()));
+        if made.len() > NATIVE_KEPT {
+            made.remove(0);
+        }
+        Ok(m)
+    }
+}
+
+/// An answer a model wrote (here or elsewhere) read as the engine reads its
+/// own: content, reasoning, tool calls (`parseChatOutput`). `options` are
+/// the request's tools and settings; the prompt it answered is taken to be
+/// a user's message rendered with them (which says whether its thinking
+/// was already open).
+pub fn read_answer(chat: &Chat, options: &ChatOptions, text: &str) -> Result<(String, Option<String>, Vec<ToolCall>)> {
+    let separate = options.reasoning_format == ReasoningFormat::Auto;
+    if let Some(native) = &chat.native {
+        let made = native.for_request(options)?;
+        let mut r = ReparseReader::new(made.parser.clone(), noise::from_os().random::<u64>());
+        r.append(text);
+        r.finish();
+        let reasoning = (!r.reasoning().is_empty()).then(|| r.reasoning().to_string());
+        return Ok((r.content().to_string(), reasoning, r.calls().to_vec()));
+    }
+    let user = vec![ChatMessage::new("user", "Hello")];
+    let prompt = render(chat, &user, options, true)?;
+    let format = &chat.format;
+    let output = OutputFormat {
+        calls: options.calls_tools().then(|| format.tools.clone()),
+        reasoning: if separate { format.reasoning.clone() } else { None },
+        reasoning_start: reasoning_start(&prompt, format.reasoning.as_ref()),
+    };
+    let mut p = OutputParser::new(output, noise::from_os().random::<u64>());
+    p.push(text);
+    p.finish();
+    let reasoning = (!p.reasoning().is_empty()).then(|| p.reasoning().to_string());
+    Ok((p.content().to_string(), reasoning, p.calls().to_vec()))
 }

@@ -7,6 +7,8 @@
 //!   the n-gram caches, published status);
 //! - `thread.rs`: the engine thread's life: load, admit, step, exit;
 //! - `chat.rs`: chat requests rendered and their output planned;
+//! - `chat_native.rs`: llama.cpp's reading of the answers of the families
+//!   whose syntax is not ours (patch 0005);
 //! - `compile.rs`: constraints compiled on a thread of their own;
 //! - `prepare.rs`: what callers send parsed, rendered and tokenized on a
 //!   thread of its own, in order;
@@ -30,6 +32,7 @@ mod attention_check;
 pub mod background;
 mod calibrate;
 pub mod chat;
+pub mod chat_native;
 mod compile;
 pub mod draft_model;
 pub mod embed;

@@ -167,6 +167,13 @@ pub fn tokenize_prompt(model: &LlamaModel, req: &CompletionRequest) -> Result<Ve
     Ok(tokens)
 }
 
+/// The texts of the model's BOS and EOS tokens.
+pub fn bos_eos_text(model: &LlamaModel) -> (String, String) {
+    let vocab = model.vocab();
+    let piece = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
+    (piece(vocab.bos()), piece(vocab.eos()))
+}
+
 /// The chat template `messages` are rendered with, and its source:
 /// `chatTemplate` when given, else the GGUF's `tokenizer.chat_template`;
 /// `None` when neither exists; `Err` when the GGUF's does not compile

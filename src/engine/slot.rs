@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use super::sampler::{TokenSampler, DEAD_END};
 use super::shared::{Job, SessionJob};
 use crate::core::cache::prompt_cache::reusable;
-use crate::core::chat::output::{Delta, OutputParser};
+use crate::core::chat::output::{Delta, OutputParser, ToolCall};
+use crate::core::chat::reparse::ReparseReader;
 use crate::core::error::EngineError;
 use crate::core::request::CompletionRequest;
 use crate::core::sampling::constraint::is_limit;
@@ -200,7 +201,7 @@ pub struct Request<'m> {
     chain: DrafterChain<'m>,
     text: TextStream,
     /// A chat answer's reasoning and tool calls, read out of its text.
-    output: Option<OutputParser>,
+    output: Option<Reader>,
     /// Special tokens whose text is kept (the markers `output` reads).
     markers: Vec<i32>,
     phase: Phase,
@@ -223,12 +224,13 @@ impl<'m> Request<'m> {
         sampler.accept_prompt(&prompt.tokens);
         let ids: Vec<i32> = prompt.tokens.iter().map(|t| t.0).collect();
         chain.begin(&ids);
-        let output = job
-            .request
-            .plan
-            .output
-            .clone()
-            .map(|f| OutputParser::new(f, job.id ^ sampler.seed().rotate_left(17) ^ noise::from_os().random::<u64>()));
+        let id_seed = job.id ^ sampler.seed().rotate_left(17) ^ noise::from_os().random::<u64>();
+        let plan = &job.request.plan;
+        let output = match (&plan.reader, &plan.output) {
+            (Some(parser), _) => Some(Reader::Whole(ReparseReader::new(parser.clone(), id_seed))),
+            (None, Some(f)) => Some(Reader::Ours(Box::new(OutputParser::new(f.clone(), id_seed)))),
+            (None, None) => None,
+        };
         let markers = job.request.plan.marker_tokens.clone();
         let save = match job.session {
             Some(SessionJob::Save { path, conversation }) => Some((path, conversation)),
@@ -634,4 +636,48 @@ fn legacy_probs(piece: &str, probs: &[TokenProb]) -> Value {
 
 pub fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// How a chat answer is read as it streams: by our parser of the families
+/// we know, or by reading the whole answer again (llama.cpp's parsers).
+enum Reader {
+    Ours(Box<OutputParser>),
+    Whole(ReparseReader),
+}
+
+impl Reader {
+    fn push(&mut self, text: &str) -> Delta {
+        match self {
+            Reader::Ours(p) => p.push(text),
+            Reader::Whole(r) => r.push(text),
+        }
+    }
+
+    fn finish(&mut self) -> Delta {
+        match self {
+            Reader::Ours(p) => p.finish(),
+            Reader::Whole(r) => r.finish(),
+        }
+    }
+
+    fn content(&self) -> &str {
+        match self {
+            Reader::Ours(p) => p.content(),
+            Reader::Whole(r) => r.content(),
+        }
+    }
+
+    fn reasoning(&self) -> &str {
+        match self {
+            Reader::Ours(p) => p.reasoning(),
+            Reader::Whole(r) => r.reasoning(),
+        }
+    }
+
+    fn calls(&self) -> &[ToolCall] {
+        match self {
+            Reader::Ours(p) => p.calls(),
+            Reader::Whole(r) => r.calls(),
+        }
+    }
 }

@@ -18,6 +18,10 @@ use crate::core::error::{EngineError, ErrorCode, Result};
 use crate::core::gguf;
 use crate::core::request::{parse_request_json, CompletionRequest, RequestLimits};
 
+/// Longest answer `parseChatOutput` reads (a million-token context's
+/// answer is about this long; reading is linear in it, on the caller's thread).
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 pub struct Vocab {
     /// Taken at dispose: later calls answer DISPOSED.
     model: RwLock<Option<Arc<LlamaModel>>>,
@@ -29,8 +33,9 @@ pub struct Vocab {
 impl Vocab {
     /// Over a loaded model; `Err` when `chatTemplate` does not compile.
     pub fn new(model: Arc<LlamaModel>, opts: &EngineOptions, limits: RequestLimits) -> Result<Vocab> {
+        let (bos, eos) = model::bos_eos_text(&model);
         let chat = model::chat_template(&model, opts.chat_template.as_deref())?
-            .map(|c| c.map(|(template, source)| Chat::new(template, &source, opts.tool_call_format)));
+            .map(|c| c.map(|(template, source)| Chat::new(template, &source, opts.tool_call_format, &bos, &eos)));
         Ok(Vocab { model: RwLock::new(Some(model)), chat, limits })
     }
 
@@ -72,6 +77,11 @@ impl Vocab {
         }
     }
 
+    /// The family the answers are read as (`status().toolCallFormat`).
+    pub fn chat_family(&self) -> Option<&'static str> {
+        self.chat.as_ref().and_then(|c| c.as_ref().ok()).map(|c| c.family())
+    }
+
     /// What was learnt of the chat template (for `status()`).
     pub fn chat_format(&self) -> Option<&ChatFormat> {
         self.chat.as_ref().and_then(|c| c.as_ref().ok()).map(|c| &c.format)
@@ -106,6 +116,29 @@ impl Vocab {
     pub fn apply_chat_template(&self, request: &CompletionRequest, add_generation_prompt: bool) -> Result<String> {
         let messages = request.messages.as_deref().unwrap_or_default();
         chat::render(self.chat()?, messages, &request.chat, add_generation_prompt)
+    }
+
+    /// `text` read as the answer to a chat request with these fields
+    /// (`tools`, `parallel_tool_calls`, `chat_template_kwargs`,
+    /// `reasoning_format`, as JSON): `{ content, reasoning_content?,
+    /// tool_calls? }` (`parseChatOutput`).
+    pub fn parse_output(&self, request_json: &str, text: &str) -> Result<serde_json::Value> {
+        if text.len() > MAX_ANSWER_BYTES {
+            return Err(EngineError::invalid("text", format!("at most {MAX_ANSWER_BYTES} bytes of answer are read, got {}", text.len())));
+        }
+        let request = parse_request_json(request_json, &self.limits)?;
+        let (content, reasoning, calls) = chat::read_answer(self.chat()?, &request.chat, text)?;
+        let mut out = serde_json::json!({ "content": content });
+        if let Some(r) = reasoning {
+            out["reasoning_content"] = r.into();
+        }
+        if !calls.is_empty() {
+            out["tool_calls"] = calls
+                .iter()
+                .map(|c| serde_json::json!({ "id": c.id, "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
+                .collect();
+        }
+        Ok(out)
     }
 
     /// The same from the request's JSON (`applyChatTemplate`).

@@ -17,6 +17,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::reparse::SharedParser;
 use super::template::{ChatTemplate, Render};
 use super::tools::{call_schema, nullable_to_any_of, ChatOptions, ResponseFormat, Tool, ToolChoice};
 use crate::core::sampling::constraint::{json_layout, Grammar};
@@ -37,6 +38,9 @@ pub struct OutputFormat {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatPlan {
     pub output: Option<OutputFormat>,
+    /// A parser that reads the whole answer (llama.cpp's, for the families
+    /// whose syntax is not one of ours): used instead of `output`.
+    pub reader: Option<SharedParser>,
     pub grammar: Option<(Grammar, &'static str)>,
     pub marker_tokens: Vec<i32>,
 }

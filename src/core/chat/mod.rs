@@ -2,11 +2,13 @@
 //! prompt with the model's own Jinja template (`template`); the tools and
 //! response formats a request asks for (`tools`), how the model writes calls
 //! and reasoning and what constrains them (`format`), and the answer split
-//! into content, reasoning and tool calls as it streams (`output`).
+//! into content, reasoning and tool calls as it streams (`output`; with a
+//! parser that reads whole answers, such as llama.cpp's, `reparse`).
 
 pub mod format;
 pub mod messages;
 pub mod output;
+pub mod reparse;
 pub mod template;
 pub mod tools;
 

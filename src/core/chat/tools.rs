@@ -127,7 +127,8 @@ fn invalid(field: &str, why: impl std::fmt::Display) -> EngineError {
 
 /// Reads the chat fields of a request object (`tools`, `tool_choice`,
 /// `parallel_tool_calls`, `response_format`, `chat_template_kwargs`,
-/// `reasoning_format`). `get` returns a field, `None` for absent or null.
+/// `reasoning_format`, `reasoning_effort`). `get` returns a field, `None`
+/// for absent or null.
 pub fn parse_chat_options<'a>(get: impl Fn(&str) -> Option<&'a Value>) -> Result<ChatOptions> {
     let tools = match get("tools") {
         None => Vec::new(),
@@ -143,10 +144,18 @@ pub fn parse_chat_options<'a>(get: impl Fn(&str) -> Option<&'a Value>) -> Result
         Some(v) => return Err(invalid("parallel_tool_calls", format!("expected a boolean, got {}", type_name(v)))),
     };
     let response_format = get("response_format").map(parse_response_format).transpose()?;
-    let template_kwargs = match get("chat_template_kwargs") {
+    let mut template_kwargs = match get("chat_template_kwargs") {
         None => Map::new(),
         Some(v) => parse_kwargs(v)?,
     };
+    match get("reasoning_effort") {
+        None => {}
+        // A variable of the template (gpt-oss reads it); chat_template_kwargs wins.
+        Some(Value::String(s)) if ["low", "medium", "high"].contains(&s.as_str()) => {
+            template_kwargs.entry("reasoning_effort").or_insert(Value::String(s.clone()));
+        }
+        Some(v) => return Err(invalid("reasoning_effort", format!("expected \"low\", \"medium\" or \"high\", got {v}"))),
+    }
     let reasoning_format = match get("reasoning_format") {
         None => ReasoningFormat::Auto,
         Some(Value::String(s)) if s == "auto" => ReasoningFormat::Auto,

@@ -186,6 +186,12 @@ pub const REASONING_FORMAT: Field = Field::new(
     "\"auto\"",
     "auto: the model's <think> reasoning goes to reasoning_content; none: it stays in content",
 );
+pub const REASONING_EFFORT: Field = Field::new(
+    "reasoning_effort",
+    Kind::Choice(&["low", "medium", "high"]),
+    "",
+    "how much the model should think, for templates that read it (gpt-oss); the template variable reasoning_effort",
+);
 
 pub const SPEC_MODE: Field = Field::new(
     "mode",
@@ -246,6 +252,7 @@ pub const REQUEST_FIELDS: &[Field] = &[
     RESPONSE_FORMAT,
     CHAT_TEMPLATE_KWARGS,
     REASONING_FORMAT,
+    REASONING_EFFORT,
     CACHE_PROMPT,
     SPECULATIVE,
 ];

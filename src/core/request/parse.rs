@@ -58,8 +58,10 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         }
     }
     let json_answer = matches!(chat.response_format, Some(ResponseFormat::Json(_)));
-    if grammar.is_some() && (chat.calls_tools() || json_answer) {
-        return Err(f.err(&GRAMMAR, "cannot be combined with tools or a JSON response_format (they bring their own constraint)"));
+    // With tools, whether they bring a constraint depends on the model's
+    // family (engine::chat::prepare says); a JSON answer always does.
+    if grammar.is_some() && json_answer {
+        return Err(f.err(&GRAMMAR, "cannot be combined with a JSON response_format (it brings its own constraint)"));
     }
     if json_schema.is_some() && json_answer {
         return Err(f.err(&RESPONSE_FORMAT, "json_schema and a JSON response_format cannot both be set"));

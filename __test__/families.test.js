@@ -1,0 +1,201 @@
+// The tool-call and reasoning formats of current model families, read by
+// parseChatOutput as the engine reads its own answers: the cases of
+// llama.cpp's tests/test-chat.cpp (ported by scripts/port-chat-cases.mjs
+// into fixtures/chat-outputs.json: raw outputs and the message each must
+// parse to), per template; and for each family, an answer streamed out of a
+// real generation (SmolLM2 made to write it with a grammar) adds up to the
+// one-shot reading.
+
+const fs = require('node:fs')
+const path = require('node:path')
+const { fork } = require('node:child_process')
+const { LlamaEngine, TARGET, FULL, run } = require('./helpers')
+
+const FIXTURES = path.join(__dirname, 'fixtures')
+const { cases, total } = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'chat-outputs.json'), 'utf8'))
+const template = (name) => fs.readFileSync(path.join(FIXTURES, 'chat-templates', name), 'utf8')
+
+/** Arguments compared as JSON values (formatting aside), as test-chat.cpp does. */
+const args = (text) => {
+  try {
+    return JSON.parse(text || '{}')
+  } catch {
+    return text
+  }
+}
+
+function reading(out) {
+  return {
+    content: out.content,
+    reasoning: out.reasoning_content ?? '',
+    calls: (out.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: args(c.function.arguments) })),
+  }
+}
+
+const expected = (e) => ({ content: e.content, reasoning: e.reasoning, calls: e.calls.map((c) => ({ name: c.name, arguments: args(c.arguments) })) })
+
+// The families the issue names, one template each, for the streaming check.
+const STREAMED = [
+  'openai-gpt-oss-120b.jinja',
+  'Qwen3-Coder.jinja',
+  'GLM-4.7-Flash.jinja',
+  'deepseek-ai-DeepSeek-V3.2.jinja',
+  'MiniMax-M2.jinja',
+  'ByteDance-Seed-OSS.jinja',
+  'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
+  'LFM2.5-8B-A1B.jinja',
+  ...(FULL
+    ? [
+        'Qwen3.5-4B.jinja',
+        'NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja',
+        'Kimi-K2-Thinking.jinja',
+        'Apertus-8B-Instruct.jinja',
+        'meetkai-functionary-medium-v3.2.jinja',
+        'Spark2.5.jinja',
+        'deepseek-ai-DeepSeek-V4.jinja',
+        'MiniMax-M3.jinja',
+        'NVIDIA-Nemotron-Nano-v2.jinja',
+        'GigaChat3.1-10B-A1.8B.jinja',
+      ]
+    : []),
+]
+
+// Cases read differently from llama.cpp's expectation, with the reason
+// (docs/tools.md): template → the inputs' beginnings.
+const KNOWN = {
+  // Our own Hermes reader keeps the line break before `</think>`.
+  'Reka-Edge.jinja': ["I'm\nthinking\n</think>", 'Hello, world!\nWhat'],
+  // llama.cpp's parser leaves `<response>` (its test expects it removed).
+  'ibm-granite-granite-3.3-2B-Instruct.jinja': ["<think>I'm\nthinking</think><response>"],
+  // The template does not show tools: the model is given our preamble and syntax.
+  'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja': ['<｜tool▁calls▁begin｜>'],
+  // The case expects the white space of an empty thought; we trim it.
+  'Qwen3.5-4B.jinja': ['<think>\n\n</think>'],
+  // The [CALL_ID] form is not derived from this template by llama.cpp's auto-parser.
+  'Mistral-Small-3.2-24B-Instruct-2506.jinja': ['[TOOL_CALLS]special_function[CALL_ID]'],
+}
+const known = (name, input) => (KNOWN[name] ?? []).some((k) => input.startsWith(k))
+
+test(`the ported cases: ${total} from test-chat.cpp`, () => {
+  expect(total).toBeGreaterThan(100)
+  const skipped = Object.entries(cases).reduce((n, [name, cs]) => n + cs.filter((c) => known(name, c.input)).length, 0)
+  expect(skipped).toBeLessThanOrEqual(10)
+})
+
+describe.each(Object.keys(cases))('%s', (name) => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, parallel: 1, chatTemplate: template(name) })
+  })
+  afterAll(() => engine?.dispose())
+
+  test('every ported case parses to its message', () => {
+    const wrong = []
+    for (const c of cases[name]) {
+      if (known(name, c.input)) continue
+      const out = engine.parseChatOutput(c.input, {
+        tools: c.tools.length ? c.tools : undefined,
+        parallelToolCalls: c.parallel_tool_calls,
+        chat_template_kwargs: { enable_thinking: c.enable_thinking },
+        reasoning_format: c.reasoning_format,
+      })
+      const got = reading(out)
+      const want = expected(c.expect)
+      if (JSON.stringify(got) !== JSON.stringify(want)) wrong.push({ input: c.input, got, want })
+    }
+    expect(wrong).toEqual([])
+  })
+
+  if (STREAMED.includes(name)) {
+    test('an answer streamed from a generation adds up to its one-shot reading', async () => {
+      // The longest case with a call: the model is made to write it exactly
+      // (a GBNF of its text; the family's calls bring no constraint).
+      const c = [...cases[name]].filter((x) => x.expect.calls.length).sort((a, b) => b.input.length - a.input.length)[0] ?? cases[name][0]
+      const gbnf = `root ::= ${JSON.stringify(c.input).replace(/\\u([0-9a-f]{4})/g, (_, h) => String.fromCodePoint(parseInt(h, 16)))}`
+      const request = {
+        messages: [{ role: 'user', content: 'Call the function.' }],
+        tools: c.tools.length ? c.tools : undefined,
+        parallel_tool_calls: c.parallel_tool_calls,
+        chat_template_kwargs: { enable_thinking: c.enable_thinking },
+        reasoning_format: c.reasoning_format,
+        grammar: gbnf,
+        temperature: 0,
+        n_predict: 400,
+      }
+      let content = ''
+      let reasoning = ''
+      const calls = []
+      const tokens = []
+      const result = await engine.complete(request, (e) => {
+        if (e.type !== 'token') return
+        expect(e.content).not.toMatch(/<\|?(tool_call|function|channel|START_ACTION|｜)/)
+        content += e.content
+        reasoning += e.reasoning ?? ''
+        tokens.push(...e.tokens.map((t) => t.id))
+        for (const d of e.tool_calls ?? []) {
+          if (d.index === calls.length) calls.push({ name: d.name, arguments: '' })
+          calls[d.index].arguments += d.arguments ?? ''
+        }
+      })
+      expect(engine.detokenize(tokens)).toBe(c.input)
+      const options = { tools: request.tools, parallelToolCalls: c.parallel_tool_calls, chat_template_kwargs: request.chat_template_kwargs, reasoning_format: c.reasoning_format }
+      const once = reading(engine.parseChatOutput(c.input, options))
+      expect({ content, reasoning, calls: calls.map((x) => ({ name: x.name, arguments: args(x.arguments) })) }).toEqual(once)
+      expect(reading(result)).toEqual(once)
+      expect(result.stopped_tool_calls).toBe(true)
+      expect(once.calls.length).toBeGreaterThan(0)
+    })
+  }
+})
+
+test('status() names the family read from each template', async () => {
+  const names = {
+    'openai-gpt-oss-120b.jinja': 'gpt-oss',
+    'Qwen3-Coder.jinja': 'qwen3-coder',
+    'GLM-4.6.jinja': 'glm',
+    'deepseek-ai-DeepSeek-V3.2.jinja': 'deepseek-v3.2',
+    'MiniMax-M2.jinja': 'minimax-m2',
+    'ByteDance-Seed-OSS.jinja': 'seed-oss',
+  }
+  for (const [file, family] of Object.entries(FULL ? names : Object.fromEntries(Object.entries(names).slice(0, 3)))) {
+    const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, parallel: 1, chatTemplate: template(file) })
+    try {
+      expect({ file, family: engine.status().toolCallFormat }).toEqual({ file, family })
+      // The template shows the tools itself: no preamble of ours.
+      const prompt = engine.applyChatTemplate([{ role: 'user', content: 'Hi' }], { tools: [{ type: 'function', function: { name: 'get_weather', description: 'The weather.', parameters: { type: 'object', properties: {} } } }] })
+      expect(prompt).toContain('get_weather')
+      expect(prompt).not.toContain('You can call the following tools')
+    } finally {
+      await engine.dispose()
+    }
+  }
+})
+
+// Hostile answers: read in bounded time and memory, in a child process so
+// that a crash is seen as one; nothing printed.
+test('hostile output: unterminated tags, deep nesting, many calls, broken UTF-8', async () => {
+  const child = fork(path.join(FIXTURES, 'parse-child.js'), [], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
+  let out = ''
+  child.stdout.on('data', (d) => (out += d))
+  child.stderr.on('data', (d) => (out += d))
+  const results = await new Promise((resolve, reject) => {
+    child.on('message', resolve)
+    child.on('exit', (code, signal) => reject(new Error(`the child died: ${code ?? signal}: ${out}`)))
+    child.send({ target: TARGET, templates: STREAMED.map((f) => template(f)) })
+  })
+  child.kill()
+  expect(out).toBe('')
+  expect(results.errors).toEqual([])
+  expect(results.cases).toBeGreaterThan(40)
+})
+
+test('a GBNF grammar with tools: refused where the tools bring a constraint (our families), allowed where they do not', async () => {
+  const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, parallel: 1 })
+  try {
+    const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }]
+    await expect(engine.complete({ messages: [{ role: 'user', content: 'hi' }], tools, grammar: 'root ::= "a"', n_predict: 2 })).rejects.toMatchObject({ code: 'INVALID_REQUEST', field: 'grammar' })
+    await expect(engine.complete({ messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'json_object' }, grammar: 'root ::= "a"', n_predict: 2 })).rejects.toMatchObject({ code: 'INVALID_REQUEST', field: 'grammar' })
+  } finally {
+    await engine.dispose()
+  }
+})
