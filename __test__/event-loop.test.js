@@ -107,7 +107,10 @@ describe('no request waits on another', () => {
     const during = gaps.filter(([at]) => at >= t0 - 1 && at <= t1).map(([, g]) => g)
     const worst = Math.max(...during)
     expect(during.length).toBeGreaterThan(5)
-    const limit = Math.max(250, 3 * median)
+    // A freeze (seconds, before prepared text and time-budgeted prefill)
+    // against the scheduling noise of a busy 2-core machine (single gaps of
+    // ~300 ms were seen with everything working).
+    const limit = Math.max(500, 4 * median)
     expect({ worst: Math.round(worst), median: Math.round(median), within: worst <= limit }).toEqual({ worst: Math.round(worst), median: Math.round(median), within: true })
   }, 120_000)
 
