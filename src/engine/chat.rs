@@ -12,8 +12,9 @@ use llama_cpp_2::model::LlamaModel;
 use serde_json::{json, Value};
 
 use super::chat_native::{self, NativeParser};
+use crate::core::chat::format::SharedParser;
 use crate::core::chat::output::{OutputParser, ToolCall};
-use crate::core::chat::reparse::{ReparseReader, SharedParser};
+use crate::core::chat::reparse::ReparseReader;
 use crate::core::chat::tools::ToolChoice;
 use crate::core::sampling::noise;
 

@@ -9,7 +9,7 @@ use std::ffi::{c_char, CStr, CString};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::core::chat::reparse::ParsedMessage;
+use crate::core::chat::format::ParsedMessage;
 
 /// What llama.cpp derived from a template for one set of inputs (tools,
 /// thinking): its output format and the parser for it.

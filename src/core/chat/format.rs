@@ -17,7 +17,6 @@
 
 use serde_json::{json, Map, Value};
 
-use super::reparse::SharedParser;
 use super::template::{ChatTemplate, Render};
 use super::tools::{call_schema, nullable_to_any_of, ChatOptions, ResponseFormat, Tool, ToolChoice};
 use crate::core::sampling::constraint::{json_layout, Grammar};
@@ -30,6 +29,34 @@ pub struct OutputFormat {
     /// The reasoning markers, when reasoning is separated.
     pub reasoning: Option<ReasoningMarkers>,
     pub reasoning_start: ReasoningStart,
+}
+
+/// An answer as a parser read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParsedMessage {
+    pub content: String,
+    pub reasoning: String,
+    /// (id, name, arguments as JSON text)
+    pub calls: Vec<(String, String, String)>,
+}
+
+/// Reads an answer: `partial` when more text may follow.
+pub type ParseFn = dyn Fn(&str, bool) -> Result<ParsedMessage, String> + Send + Sync;
+
+/// A parser shared by the requests of one chat format.
+#[derive(Clone)]
+pub struct SharedParser(pub std::sync::Arc<ParseFn>);
+
+impl std::fmt::Debug for SharedParser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedParser")
+    }
+}
+
+impl PartialEq for SharedParser {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// What preparing a request decided for its generation: how its output is

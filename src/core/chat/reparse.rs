@@ -8,38 +8,8 @@
 //! that turns out to start a call never reaches `content`; at the end the
 //! answer is read whole, and what is sent adds up to that reading.
 
-use std::fmt;
-use std::sync::Arc;
-
+use super::format::{ParsedMessage, SharedParser};
 use super::output::{Delta, ToolCall, ToolCallDelta};
-
-/// An answer as a parser read it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ParsedMessage {
-    pub content: String,
-    pub reasoning: String,
-    /// (id, name, arguments as JSON text)
-    pub calls: Vec<(String, String, String)>,
-}
-
-/// Reads an answer: `partial` when more text may follow.
-pub type ParseFn = dyn Fn(&str, bool) -> Result<ParsedMessage, String> + Send + Sync;
-
-/// A parser shared by the requests of one chat format.
-#[derive(Clone)]
-pub struct SharedParser(pub Arc<ParseFn>);
-
-impl fmt::Debug for SharedParser {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SharedParser")
-    }
-}
-
-impl PartialEq for SharedParser {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
 
 /// Answers longer than this are read again at most every this many bytes
 /// of new text while they stream (each read is linear in the answer: a
@@ -211,6 +181,7 @@ impl ReparseReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// A toy format: `<think>R</think>` then content, then calls written
     /// `<call name>{args}</call>`; a part read holds back any `<` that
