@@ -278,7 +278,10 @@ export interface CompletionRequest {
   chat_template_kwargs?: Record<string, unknown>
   /** Default "auto": `<think>` reasoning goes to `reasoning_content`; "none" leaves it in `content`. */
   reasoning_format?: 'auto' | 'none'
-  /** How much the model should think (templates that read `reasoning_effort`, e.g. gpt-oss). */
+  /**
+   * How much the model should think (templates that read `reasoning_effort`, e.g. gpt-oss).
+   * (`reasoning_budget` is not implemented yet; it is ignored like any unknown field.)
+   */
   reasoning_effort?: 'low' | 'medium' | 'high'
   /** Default true. */
   cache_prompt?: boolean
