@@ -199,3 +199,98 @@ test('a GBNF grammar with tools: refused where the tools bring a constraint (our
     await engine.dispose()
   }
 })
+
+// A required (or named) call is forced in the family's own syntax: llama.cpp's
+// grammar for it, followed by llguidance. SmolLM2 knows none of these
+// syntaxes; forced, it writes a call each family's reader reads back.
+const weatherTool = {
+  type: 'function',
+  function: { name: 'get_weather', description: 'Get the weather in a city.', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+}
+const timeTool = {
+  type: 'function',
+  function: { name: 'get_time', description: 'Get the time in a city.', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+}
+// (Templates whose generation prompt opens thinking whatever is asked —
+// MiniMax-M2, Kimi — or whose argument syntax SmolLM2 misspells forever
+// are left out: forced, it thinks or writes until its budget ends.)
+const CONSTRAINED = [
+  ['Qwen3.5-4B.jinja', 'qwen3-coder'],
+  ['GLM-4.6.jinja', 'glm'],
+  ['ByteDance-Seed-OSS.jinja', 'seed-oss'],
+  ['LFM2.5-8B-A1B.jinja', 'lfm2'],
+  ['Apertus-8B-Instruct.jinja', 'apertus'],
+  ['meetkai-functionary-medium-v3.2.jinja', 'functionary'],
+  ['fireworks-ai-llama-3-firefunction-v2.jinja', 'firefunction'],
+  ...(FULL
+    ? [
+        ['meetkai-functionary-medium-v3.1.jinja', 'functionary-v3.1'],
+        ['tencent-Hy3.jinja', 'auto'],
+        ['MiniMax-M1.jinja', 'auto'],
+      ]
+    : []),
+]
+
+describe.each(CONSTRAINED)('a required call with %s', (file, family) => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 1024, parallel: 1, chatTemplate: template(file) })
+  })
+  afterAll(() => engine?.dispose())
+  const ask = {
+    messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+    chat_template_kwargs: { enable_thinking: false },
+    parallel_tool_calls: false,
+    temperature: 0,
+    n_predict: 120,
+  }
+
+  test(`is forced in ${family}'s syntax and read back`, async () => {
+    expect(engine.status().toolCallFormat).toBe(family)
+    const free = await engine.complete({ ...ask, tools: [weatherTool] })
+    const forced = await engine.complete({ ...ask, tools: [weatherTool], tool_choice: 'required' })
+    // Only the forced request is constrained (its grammar drafts).
+    expect(free.speculative.drafters.grammar).toBeUndefined()
+    expect(forced.speculative.drafters.grammar.n_drafted).toBeGreaterThan(0)
+    expect(forced.tool_calls.length).toBeGreaterThan(0)
+    for (const call of forced.tool_calls) {
+      expect(call.function.name).toBe('get_weather')
+      expect(typeof JSON.parse(call.function.arguments).city).toBe('string')
+    }
+  })
+
+  test('a named function is the one called', async () => {
+    const r = await engine.complete({ ...ask, tools: [weatherTool, timeTool], tool_choice: { type: 'function', function: { name: 'get_time' } } })
+    expect(r.tool_calls.length).toBeGreaterThan(0)
+    expect(r.tool_calls.every((c) => c.function.name === 'get_time')).toBe(true)
+  })
+})
+
+// The grammar drafter on families that are not Hermes: what their call
+// grammar forces is drafted, and the output is plain decoding's, token for
+// token and probability for probability.
+describe.each([['GLM-4.6.jinja'], ['deepseek-ai-DeepSeek-V3.2.jinja']])('the grammar drafter with %s', (file) => {
+  test('greedy: identical to mode "off", and it drafts', async () => {
+    const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 1024, parallel: 1, chatTemplate: template(file) })
+    try {
+      const request = {
+        messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+        tools: [weatherTool, timeTool],
+        tool_choice: 'required',
+        chat_template_kwargs: { enable_thinking: false },
+        temperature: 0,
+        n_probs: 3,
+        n_predict: 96,
+      }
+      const trace = (r) => ({ ids: r.tokens.map((t) => t.id), probs: r.tokens.map((t) => t.probs), calls: r.result.tool_calls.map((c) => c.function) })
+      const off = await run(engine, { ...request, speculative: { mode: 'off' } })
+      const auto = await run(engine, { ...request, speculative: { mode: 'auto' } })
+      expect(trace(auto)).toEqual(trace(off))
+      expect(auto.result.speculative.drafters.grammar.n_accepted).toBeGreaterThan(0)
+      expect(auto.tokens.filter((t) => t.source === 'grammar').length).toBe(auto.result.speculative.drafters.grammar.n_accepted)
+      expect(off.result.tool_calls.length).toBeGreaterThan(0)
+    } finally {
+      await engine.dispose()
+    }
+  })
+})

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::chat_native::{self, NativeParser};
 use crate::core::chat::format::SharedParser;
+use crate::core::chat::gbnf_lark;
 use crate::core::chat::output::{OutputParser, ToolCall};
 use crate::core::chat::reparse::ReparseReader;
 use crate::core::chat::tools::ToolChoice;
@@ -193,13 +194,21 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
                 req.stop.push(stop.clone());
             }
         }
-        // This family's calls are read, not constrained (llama.cpp's GBNF
-        // for them needs the generation prompt consumed first and spells
-        // free text character by character, beyond llguidance's budget);
-        // a JSON answer's schema still constrains.
-        let grammar = if calls { None } else { constraint_grammar(format, options, start, &special).map(|g| (Grammar::Lark(g), field)) };
+        // A required or named call is forced in the family's own syntax:
+        // llama.cpp's grammar for it, made fit for llguidance (`gbnf_lark`),
+        // compiled as having read the generation prompt. Where that cannot
+        // be done the call is only read. A JSON answer's schema constrains
+        // as with every family.
+        let grammar = if calls {
+            native_call_grammar(&made, &prompt, &special).map(|g| (g, field))
+        } else {
+            constraint_grammar(format, options, start, &special).map(|g| (Grammar::Lark(g), field))
+        };
         if req.grammar.is_some() && grammar.is_some() {
-            return Err(EngineError::invalid("grammar", "cannot be combined with a JSON response_format (it brings its own constraint)"));
+            return Err(EngineError::invalid(
+                "grammar",
+                "cannot be combined with a required tool call or a JSON response_format (they bring their own constraint)",
+            ));
         }
         req.plan = ChatPlan { output: None, reader: Some(made.parser.clone()), grammar, marker_tokens: markers };
         req.prompt = vec![PromptPart::Chat(prompt)];
@@ -220,6 +229,16 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
     };
     req.prompt = vec![PromptPart::Chat(prompt)];
     Ok(())
+}
+
+/// The constraint of a required call in a family llama.cpp reads, if its
+/// grammar can be made fit for llguidance and starts where `prompt` ends.
+fn native_call_grammar(made: &NativeMade, prompt: &str, special: &dyn Fn(&str) -> Option<u32>) -> Option<Grammar> {
+    if made.call_gbnf.is_empty() || !prompt.ends_with(&made.generation_prompt) {
+        return None;
+    }
+    let lark = gbnf_lark::call_grammar(&made.call_gbnf, special).ok()?;
+    Some(Grammar::LarkAfter(lark, made.generation_prompt.clone()))
 }
 
 /// Parsers made for recent sets of tools and settings: agents send the same
@@ -244,6 +263,10 @@ pub struct NativeMade {
     pub markers: Vec<String>,
     /// Texts that end the answer (gpt-oss's `<|call|>`), as llama.cpp's server stops at them.
     pub stops: Vec<String>,
+    /// llama.cpp's grammar for a required call (GBNF, from the generation
+    /// prompt on), and that generation prompt; empty when it has none.
+    pub call_gbnf: String,
+    pub generation_prompt: String,
 }
 
 /// Families by a marker their templates write (for names; the parsing is
@@ -326,8 +349,15 @@ impl Native {
         markers.extend(derived.grammar_triggers.iter().map(|t| t.value.clone()));
         markers.retain(|m| !m.is_empty());
         let stops = derived.additional_stops.clone();
-        let m =
-            Arc::new(NativeMade { parser: SharedParser(Arc::new(move |text: &str, partial| parser.parse(text, partial))), markers, stops });
+        // A lazy grammar waits for a trigger (tool_choice auto): not forced.
+        let call_gbnf = if choice == "required" && !derived.grammar_lazy { derived.grammar.clone() } else { String::new() };
+        let m = Arc::new(NativeMade {
+            parser: SharedParser(Arc::new(move |text: &str, partial| parser.parse(text, partial))),
+            markers,
+            stops,
+            call_gbnf,
+            generation_prompt: derived.generation_prompt.clone(),
+        });
         let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
         made.push((key, m.clone()));
         if made.len() > NATIVE_KEPT {

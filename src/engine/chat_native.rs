@@ -181,5 +181,10 @@ mod tests {
             d.format, d.format_name, d.grammar_lazy, d.additional_stops, d.preserved_tokens
         );
         println!("GBNF:\n{}", d.grammar);
+        if let Ok(out) = std::env::var("OUT") {
+            // A fixture for `core::chat::gbnf_lark`'s tests.
+            let prompt = serde_json::to_string(&d.generation_prompt).unwrap();
+            std::fs::write(out, format!("# generation prompt: {prompt}\n{}", d.grammar)).unwrap();
+        }
     }
 }

@@ -3,9 +3,11 @@
 //! response formats a request asks for (`tools`), how the model writes calls
 //! and reasoning and what constrains them (`format`), and the answer split
 //! into content, reasoning and tool calls as it streams (`output`; with a
-//! parser that reads whole answers, such as llama.cpp's, `reparse`).
+//! parser that reads whole answers, such as llama.cpp's, `reparse`; its
+//! call grammars made fit for llguidance, `gbnf_lark`).
 
 pub mod format;
+pub mod gbnf_lark;
 pub mod messages;
 pub mod output;
 pub mod reparse;

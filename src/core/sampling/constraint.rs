@@ -30,13 +30,16 @@ pub enum Grammar {
     JsonSchema(Value),
     /// A Lark grammar (llguidance's dialect, with `%json` schemas inside).
     Lark(String),
+    /// A Lark grammar whose first text (`<special>` tokens and text) the
+    /// prompt has already written: the constraint starts after it.
+    LarkAfter(String, String),
 }
 
 impl Grammar {
     fn top_level(&self) -> TopLevelGrammar {
         match self {
             Grammar::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
-            Grammar::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
+            Grammar::Lark(lark) | Grammar::LarkAfter(lark, _) => TopLevelGrammar::from_lark(lark.clone()),
         }
     }
 }
@@ -96,9 +99,16 @@ impl Compiler {
     /// Compiles `grammar`. The error is llguidance's reason, first line only.
     pub fn compile(&self, grammar: &Grammar) -> Result<Constraint, String> {
         let parser = self.factory.create_parser(grammar.top_level()).map_err(|e| first_line(&format!("{e:#}")))?;
-        let matcher = Matcher::new(Ok(parser));
+        let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(first_line(&e));
+        }
+        if let Grammar::LarkAfter(_, written) = grammar {
+            let env = self.factory.tok_env();
+            let tokens = env.tok_trie().tokenize_with_special(written, |text| env.tokenize(text));
+            matcher
+                .consume_tokens(&tokens)
+                .map_err(|e| format!("the grammar does not begin with {written:?}: {}", first_line(&format!("{e:#}"))))?;
         }
         Ok(Constraint { matcher, n_vocab: self.n_vocab, failure: None, tokenize: None })
     }

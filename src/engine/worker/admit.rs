@@ -142,7 +142,13 @@ impl<'m> Worker<'m> {
         }
         let grammar = grammar(req, &self.models.target)?;
         let constraint = match &req.plan.grammar {
-            Some((g, _)) => Some(Rc::new(RefCell::new(self.constraint(g, compiled)?))),
+            Some((g, _)) => match self.constraint(g, compiled) {
+                Ok(c) => Some(Rc::new(RefCell::new(c))),
+                // A family's own call grammar that llguidance cannot follow
+                // from this prompt: the call is read, not forced.
+                Err(_) if matches!(g, Grammar::LarkAfter(..)) => None,
+                Err(e) => return Err(e),
+            },
             None => None,
         };
         let info = &self.models.info;
