@@ -278,11 +278,14 @@ export interface CompletionRequest {
   chat_template_kwargs?: Record<string, unknown>
   /** Default "auto": `<think>` reasoning goes to `reasoning_content`; "none" leaves it in `content`. */
   reasoning_format?: 'auto' | 'none'
-  /**
-   * How much the model should think (templates that read `reasoning_effort`, e.g. gpt-oss).
-   * (`reasoning_budget` is not implemented yet; it is ignored like any unknown field.)
-   */
+  /** How much the model should think (templates that read `reasoning_effort`, e.g. gpt-oss). */
   reasoning_effort?: 'low' | 'medium' | 'high'
+  /**
+   * Most tokens of thinking per thinking block (chat requests): at the budget the
+   * family's end of thinking (`</think>`, …) is forced and the answer goes on.
+   * Default -1: no limit; 0: the thinking is closed at once.
+   */
+  reasoning_budget?: number
   /** Default true. */
   cache_prompt?: boolean
   speculative?: SpeculativeOptions

@@ -140,4 +140,10 @@ test("errors in Anthropic's shape: a missing key, a bad request, a field named b
     .catch((e) => e)
   expect(badSchema).toBeInstanceOf(Anthropic.BadRequestError)
   expect(badSchema.error.error.message).toMatch(/^tools\.0\.input_schema/)
+  // thinking.budget_tokens is the engine's reasoning_budget, named as Anthropic names it.
+  const badBudget = await client.messages.create({ model: MODEL, messages: ask, max_tokens: 4, thinking: { type: 'enabled', budget_tokens: -7 } }).catch((e) => e)
+  expect(badBudget).toBeInstanceOf(Anthropic.BadRequestError)
+  expect(badBudget.error.error.message).toMatch(/^thinking\.budget_tokens/)
+  const budgeted = await client.messages.create({ model: MODEL, messages: ask, max_tokens: 4, thinking: { type: 'enabled', budget_tokens: 1024 } })
+  expect(budgeted.type).toBe('message')
 })

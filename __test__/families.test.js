@@ -294,3 +294,54 @@ describe.each([['GLM-4.6.jinja'], ['deepseek-ai-DeepSeek-V3.2.jinja']])('the gra
     }
   })
 })
+
+// reasoning_budget: at the budget the family's end of thinking is forced
+// and the answer goes on. DeepSeek V3.1's template (read by our reader) and
+// MiniMax M2's (read by llama.cpp's) open the thinking in the prompt.
+describe.each([
+  ['deepseek-ai-DeepSeek-V3.1.jinja', '</think>'],
+  ['MiniMax-M2.jinja', '</think>'],
+])('reasoning_budget with %s', (file, end) => {
+  let engine
+  beforeAll(async () => {
+    engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 1024, parallel: 1, chatTemplate: template(file) })
+  })
+  afterAll(() => engine?.dispose())
+  const ask = { messages: [{ role: 'user', content: 'Think about Paris, then answer.' }], temperature: 0, n_predict: 48 }
+
+  test.each([0, 5, 12])('a budget of %i tokens: that much thinking, then the end is forced and the answer goes on', async (budget) => {
+    const { tokens, result } = await run(engine, { ...ask, reasoning_budget: budget })
+    const ids = tokens.map((t) => t.id)
+    const endIds = engine.tokenize(end, { special: true })
+    expect(ids.slice(budget, budget + endIds.length)).toEqual(endIds)
+    expect(result.reasoning_content ?? '').toBe(engine.detokenize(ids.slice(0, budget)).trim())
+    expect(result.content.length).toBeGreaterThan(0)
+  })
+
+  test('no budget: the model thinks on; -1 is the same', async () => {
+    const free = await run(engine, ask)
+    const minusOne = await run(engine, { ...ask, reasoning_budget: -1 })
+    expect(minusOne.tokens.map((t) => t.id)).toEqual(free.tokens.map((t) => t.id))
+    expect(free.result.reasoning_content.length).toBeGreaterThan((await run(engine, { ...ask, reasoning_budget: 5 })).result.reasoning_content.length)
+  })
+
+  test('speculation changes nothing: the forced end is the same with drafts', async () => {
+    for (const mode of ['auto', 'ngram']) {
+      const off = await run(engine, { ...ask, reasoning_budget: 7, n_probs: 2, speculative: { mode: 'off' } })
+      const on = await run(engine, { ...ask, reasoning_budget: 7, n_probs: 2, speculative: { mode, adaptive: false, n_max: 6 } })
+      expect(on.tokens.map((t) => [t.id, t.probs])).toEqual(off.tokens.map((t) => [t.id, t.probs]))
+    }
+  })
+})
+
+test('reasoning_budget is checked, and needs messages', async () => {
+  const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, parallel: 1 })
+  try {
+    for (const bad of [-2, 1.5, 'ten', 2 ** 31]) {
+      await expect(engine.complete({ messages: [{ role: 'user', content: 'hi' }], reasoning_budget: bad, n_predict: 1 })).rejects.toMatchObject({ code: 'INVALID_REQUEST', field: 'reasoning_budget' })
+    }
+    await expect(engine.complete({ prompt: 'hi', reasoning_budget: 4, n_predict: 1 })).rejects.toMatchObject({ code: 'INVALID_REQUEST', field: 'reasoning_budget' })
+  } finally {
+    await engine.dispose()
+  }
+})

@@ -151,11 +151,14 @@ function toEngine(body, { count = false } = {}) {
   const kwargs = { ...(isObject(body.chat_template_kwargs) ? body.chat_template_kwargs : {}) }
   if (isObject(body.thinking) && (body.thinking.type === 'enabled' || body.thinking.type === 'disabled')) {
     kwargs.enable_thinking = body.thinking.type === 'enabled'
+    // The most tokens the model may think (the engine's reasoning_budget).
+    if (body.thinking.type === 'enabled' && body.thinking.budget_tokens != null) request.reasoning_budget = body.thinking.budget_tokens
   }
   if (Object.keys(kwargs).length > 0) request.chat_template_kwargs = kwargs
 
   const paramOf = (field) => {
     if (field === 'n_predict') return 'max_tokens'
+    if (field === 'reasoning_budget') return 'thinking.budget_tokens'
     if (field === 'stop' || field.startsWith('stop[')) return 'stop_sequences' + field.slice(4).replace(/\[(\d+)\]/g, '.$1')
     let m = /^messages\[(\d+)\](.*)$/.exec(field)
     if (m && messageOrigins[m[1]]) return messageOrigins[m[1]]

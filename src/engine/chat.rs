@@ -21,12 +21,15 @@ use crate::core::sampling::noise;
 
 use super::model::special_token;
 use crate::core::chat::format::OutputFormat;
-use crate::core::chat::format::{constraint_grammar, json_answer, prepare_messages, reasoning_start, ChatFormat, ChatPlan, Family};
+use crate::core::chat::format::{
+    constraint_grammar, json_answer, prepare_messages, reasoning_start, ChatFormat, ChatPlan, Family, ReasoningMarkers, ReasoningStart,
+};
 use crate::core::chat::template::Render;
 use crate::core::chat::tools::{ChatOptions, ReasoningFormat, ResponseFormat};
 use crate::core::chat::{ChatMessage, ChatTemplate};
 use crate::core::error::{EngineError, Result};
 use crate::core::request::{CompletionRequest, PromptPart};
+use crate::core::sampling::budget::BudgetPlan;
 use crate::core::sampling::constraint::Grammar;
 
 /// A model's chat template and what it tells of its output formats.
@@ -210,7 +213,11 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
                 "cannot be combined with a required tool call or a JSON response_format (they bring their own constraint)",
             ));
         }
-        req.plan = ChatPlan { output: None, reader: Some(made.parser.clone()), grammar, marker_tokens: markers };
+        let budget = made.thinking.as_ref().and_then(|(start, end)| {
+            let markers = ReasoningMarkers { start: start.clone(), end: end.clone() };
+            budget_plan(options, &prompt, &markers)
+        });
+        req.plan = ChatPlan { output: None, reader: Some(made.parser.clone()), grammar, marker_tokens: markers, reasoning_budget: budget };
         req.prompt = vec![PromptPart::Chat(prompt)];
         return Ok(());
     }
@@ -226,9 +233,18 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
         reader: None,
         grammar,
         marker_tokens: markers,
+        reasoning_budget: format.reasoning.as_ref().and_then(|m| budget_plan(options, &prompt, m)),
     };
     req.prompt = vec![PromptPart::Chat(prompt)];
     Ok(())
+}
+
+/// The request's `reasoning_budget` with the family's thinking markers, and
+/// whether `prompt` has opened the thinking already.
+fn budget_plan(options: &ChatOptions, prompt: &str, markers: &ReasoningMarkers) -> Option<BudgetPlan> {
+    let budget = options.reasoning_budget?;
+    let open = reasoning_start(prompt, Some(markers)) == ReasoningStart::Open;
+    Some(BudgetPlan { budget, start: markers.start.clone(), end: markers.end.clone(), open })
 }
 
 /// The constraint of a required call in a family llama.cpp reads, if its
@@ -267,6 +283,8 @@ pub struct NativeMade {
     /// prompt on), and that generation prompt; empty when it has none.
     pub call_gbnf: String,
     pub generation_prompt: String,
+    /// The family's thinking markers (start, end), where it has them.
+    pub thinking: Option<(String, String)>,
 }
 
 /// Families by a marker their templates write (for names; the parsing is
@@ -357,6 +375,10 @@ impl Native {
             stops,
             call_gbnf,
             generation_prompt: derived.generation_prompt.clone(),
+            thinking: match (derived.thinking_start_tag.as_str(), derived.thinking_end_tags.first()) {
+                (start, Some(end)) if !start.is_empty() && !end.is_empty() => Some((start.to_string(), end.clone())),
+                _ => None,
+            },
         });
         let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
         made.push((key, m.clone()));

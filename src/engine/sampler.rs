@@ -18,6 +18,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::core::error::{EngineError, Result};
 use crate::core::request::{CompletionRequest, SamplingParams};
+use crate::core::sampling::budget::ReasoningBudget;
 use crate::core::sampling::constraint::{Constraint, Next};
 use crate::core::sampling::noise::{self, PositionNoise, Rng};
 use crate::core::sampling::Dist;
@@ -27,6 +28,9 @@ use crate::core::sampling::Dist;
 /// cannot continue): the request ends there, as at an end-of-generation token.
 /// Never decoded, accepted or detokenized.
 pub const DEAD_END: LlamaToken = LlamaToken(-1);
+
+/// Whether a token's bytes end a UTF-8 character.
+pub type EndsCharacter = Box<dyn Fn(i32) -> bool>;
 
 pub struct TokenSampler {
     /// History-dependent transforms (logit bias, penalties). `None` when the
@@ -39,6 +43,9 @@ pub struct TokenSampler {
     constraint: Option<Rc<RefCell<Constraint>>>,
     /// Why the constraint stopped working (the request then ends with an error).
     failure: Option<String>,
+    /// `reasoning_budget`: forces the end of thinking once it is spent;
+    /// with whether a token ends a UTF-8 character.
+    budget: Option<(ReasoningBudget, EndsCharacter)>,
     /// Truncation and temperature; only used when sampling.
     shape: Option<LlamaSampler>,
     /// Mirostat picks the token itself (and adapts after each pick).
@@ -116,12 +123,36 @@ impl TokenSampler {
             grammar,
             constraint,
             failure: None,
+            budget: None,
             shape: chain(shape),
             mirostat,
             greedy,
             seed,
             scratch: Vec::new(),
         })
+    }
+
+    /// Limits thinking to `budget`'s tokens; `completes` says whether a
+    /// token ends a UTF-8 character (the end is forced only after one).
+    pub fn with_reasoning_budget(mut self, budget: ReasoningBudget, completes: EndsCharacter) -> Self {
+        self.budget = Some((budget, completes));
+        self
+    }
+
+    /// The token the thinking budget forces next, if it forces one.
+    fn budget_forced(&self) -> Option<i32> {
+        self.budget.as_ref().and_then(|(b, _)| b.forced())
+    }
+
+    /// Masks all but the token the thinking budget forces, if any.
+    fn apply_budget(&self, arr: &mut LlamaTokenDataArray) {
+        if let Some(id) = self.budget_forced() {
+            for d in arr.data.iter_mut() {
+                if d.id().0 != id {
+                    d.set_logit(f32::NEG_INFINITY);
+                }
+            }
+        }
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -162,6 +193,9 @@ impl TokenSampler {
         if let Some(m) = self.mirostat.as_mut() {
             m.accept(token);
         }
+        if let Some((b, completes)) = self.budget.as_mut() {
+            b.accept(token.0, completes(token.0));
+        }
     }
 
     /// Why the request's constraint failed, if it did.
@@ -170,7 +204,7 @@ impl TokenSampler {
     }
 
     fn fast_path(&self) -> bool {
-        self.greedy && self.history.is_none() && self.grammar.is_none() && self.constraint.is_none()
+        self.greedy && self.history.is_none() && self.grammar.is_none() && self.constraint.is_none() && self.budget_forced().is_none()
     }
 
     /// Masks what the constraint does not allow (everything, once it
@@ -216,6 +250,7 @@ impl TokenSampler {
             arr.apply_sampler(g);
         }
         self.apply_constraint(&mut arr);
+        self.apply_budget(&mut arr);
         if !self.greedy {
             if let Some(s) = self.shape.as_mut() {
                 arr.apply_sampler(s);
@@ -255,6 +290,7 @@ impl TokenSampler {
                 arr.apply_sampler(s);
             }
             self.apply_constraint(&mut arr);
+            self.apply_budget(&mut arr);
             if let Some(s) = self.shape.as_mut() {
                 arr.apply_sampler(s);
             }

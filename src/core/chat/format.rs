@@ -19,6 +19,7 @@ use serde_json::{json, Map, Value};
 
 use super::template::{ChatTemplate, Render};
 use super::tools::{call_schema, nullable_to_any_of, ChatOptions, ResponseFormat, Tool, ToolChoice};
+use crate::core::sampling::budget::BudgetPlan;
 use crate::core::sampling::constraint::{json_layout, Grammar};
 
 /// What the output parser (`output.rs`) looks for.
@@ -70,6 +71,8 @@ pub struct ChatPlan {
     pub reader: Option<SharedParser>,
     pub grammar: Option<(Grammar, &'static str)>,
     pub marker_tokens: Vec<i32>,
+    /// `reasoning_budget` with the markers of the family's thinking.
+    pub reasoning_budget: Option<BudgetPlan>,
 }
 
 /// The constraint of a JSON answer: `schema` with the engine's layout.

@@ -90,6 +90,8 @@ pub struct ChatOptions {
     pub response_format: Option<ResponseFormat>,
     pub template_kwargs: Map<String, Value>,
     pub reasoning_format: ReasoningFormat,
+    /// Most tokens of thinking per block; `None`: no limit.
+    pub reasoning_budget: Option<u32>,
 }
 
 impl Default for ChatOptions {
@@ -101,6 +103,7 @@ impl Default for ChatOptions {
             response_format: None,
             template_kwargs: Map::new(),
             reasoning_format: ReasoningFormat::Auto,
+            reasoning_budget: None,
         }
     }
 }
@@ -127,7 +130,8 @@ fn invalid(field: &str, why: impl std::fmt::Display) -> EngineError {
 
 /// Reads the chat fields of a request object (`tools`, `tool_choice`,
 /// `parallel_tool_calls`, `response_format`, `chat_template_kwargs`,
-/// `reasoning_format`, `reasoning_effort`). `get` returns a field, `None`
+/// `reasoning_format`, `reasoning_effort`, `reasoning_budget`). `get`
+/// returns a field, `None`
 /// for absent or null.
 pub fn parse_chat_options<'a>(get: impl Fn(&str) -> Option<&'a Value>) -> Result<ChatOptions> {
     let tools = match get("tools") {
@@ -162,7 +166,15 @@ pub fn parse_chat_options<'a>(get: impl Fn(&str) -> Option<&'a Value>) -> Result
         Some(Value::String(s)) if s == "none" => ReasoningFormat::None,
         Some(v) => return Err(invalid("reasoning_format", format!("expected \"auto\" or \"none\", got {v}"))),
     };
-    Ok(ChatOptions { tools, tool_choice, parallel_tool_calls, response_format, template_kwargs, reasoning_format })
+    let reasoning_budget = match get("reasoning_budget") {
+        None => None,
+        Some(v) => match v.as_i64() {
+            Some(-1) => None,
+            Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => Some(n as u32),
+            _ => return Err(invalid("reasoning_budget", format!("expected an integer from -1 (no limit) up, got {v}"))),
+        },
+    };
+    Ok(ChatOptions { tools, tool_choice, parallel_tool_calls, response_format, template_kwargs, reasoning_format, reasoning_budget })
 }
 
 fn parse_tools(v: &Value) -> Result<Vec<Tool>> {

@@ -192,6 +192,12 @@ pub const REASONING_EFFORT: Field = Field::new(
     "",
     "how much the model should think, for templates that read it (gpt-oss); the template variable reasoning_effort",
 );
+pub const REASONING_BUDGET: Field = Field::new(
+    "reasoning_budget",
+    Kind::Int { min: -1, max: I32_MAX },
+    "-1",
+    "most tokens of thinking per block: at the budget the family's end of thinking is forced and the answer goes on (-1: no limit; 0: none)",
+);
 
 pub const SPEC_MODE: Field = Field::new(
     "mode",
@@ -253,6 +259,7 @@ pub const REQUEST_FIELDS: &[Field] = &[
     CHAT_TEMPLATE_KWARGS,
     REASONING_FORMAT,
     REASONING_EFFORT,
+    REASONING_BUDGET,
     CACHE_PROMPT,
     SPECULATIVE,
 ];

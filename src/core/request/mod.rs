@@ -227,6 +227,7 @@ impl CompletionRequest {
             ("tool_choice", self.chat.tool_choice.to_json()),
             ("parallel_tool_calls", self.chat.parallel_tool_calls.into()),
             ("reasoning_format", self.chat.reasoning_format.as_str().into()),
+            ("reasoning_budget", self.chat.reasoning_budget.map_or(-1, i64::from).into()),
             ("speculative", speculative),
         ])
     }

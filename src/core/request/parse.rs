@@ -51,6 +51,7 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
             (&TOOLS, !chat.tools.is_empty()),
             (&TOOL_CHOICE, f.get(&TOOL_CHOICE).is_some()),
             (&CHAT_TEMPLATE_KWARGS, !chat.template_kwargs.is_empty()),
+            (&REASONING_BUDGET, chat.reasoning_budget.is_some()),
         ] {
             if set {
                 return Err(f.err(field, "needs messages (a chat request), not a prompt"));

@@ -18,6 +18,7 @@ use crate::core::chat::tools::ResponseFormat;
 use crate::core::error::{EngineError, Result};
 use crate::core::request::gbnf::check_gbnf;
 use crate::core::request::{prompt, CompletionRequest, PromptPart, SpecMode};
+use crate::core::sampling::budget::ReasoningBudget;
 use crate::core::sampling::constraint::{Compiler, Constraint, Grammar};
 use crate::core::sampling::forced::Tokenize;
 use crate::core::speculation::controller::{DraftController, CONFIDENCE_BUCKETS, CONFIDENCE_PRIORS};
@@ -152,7 +153,18 @@ impl<'m> Worker<'m> {
             None => None,
         };
         let info = &self.models.info;
-        let sampler = TokenSampler::new(&self.models.target, req, grammar.as_deref(), constraint.clone(), &info.eog, info.n_ctx)?;
+        let mut sampler = TokenSampler::new(&self.models.target, req, grammar.as_deref(), constraint.clone(), &info.eog, info.n_ctx)?;
+        if let Some(plan) = &req.plan.reasoning_budget {
+            let model = self.models.target.clone();
+            let tokens = |text: &str| -> Vec<i32> { model.vocab().tokenize(text.as_bytes(), false, true).iter().map(|t| t.0).collect() };
+            if let Some(budget) = ReasoningBudget::new(tokens(&plan.start), tokens(&plan.end), plan.budget, plan.open) {
+                let completes = Box::new(move |t: i32| {
+                    let piece = model.vocab().token_to_piece(LlamaToken(t), false, None);
+                    std::str::from_utf8(&piece).map_or_else(|e| e.error_len().is_some(), |_| true)
+                });
+                sampler = sampler.with_reasoning_budget(budget, completes);
+            }
+        }
         let kinds = if sampler.supports_speculation() { self.drafter_kinds(req)? } else { Vec::new() };
         let mut tokens = match tokens {
             Some(t) => t,
