@@ -560,7 +560,7 @@ pub fn reasoning_start(prompt: &str, markers: Option<&ReasoningMarkers>) -> Reas
 }
 
 /// A Lark string literal of `s`.
-fn lark_str(s: &str) -> String {
+pub(crate) fn lark_str(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
@@ -569,6 +569,7 @@ fn lark_str(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
     }

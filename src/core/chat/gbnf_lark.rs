@@ -25,6 +25,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use super::format::lark_str;
+
 /// Rules a grammar may have (llama.cpp's have a few hundred at most).
 const MAX_RULES: usize = 20_000;
 /// Longest special token looked for inside a literal, in bytes.
@@ -512,23 +514,6 @@ fn lark_name(name: &str) -> String {
     format!("g_{}", name.to_ascii_lowercase().replace('-', "_"))
 }
 
-fn lark_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 fn regex_char(c: char) -> String {
     if c.is_ascii_alphanumeric() || (c as u32 > 0x7f && !c.is_whitespace()) {
         c.to_string()
@@ -594,10 +579,10 @@ impl Emitter<'_> {
                     while let Some(prefix) =
                         self.texts.iter().filter(|t| t.len() < text.len() && text.starts_with(t.as_str())).min_by_key(|t| t.len())
                     {
-                        parts.push(lark_string(prefix));
+                        parts.push(lark_str(prefix));
                         text = text[prefix.len()..].to_string();
                     }
-                    parts.push(lark_string(&text));
+                    parts.push(lark_str(&text));
                 }
             }
         }
