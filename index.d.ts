@@ -412,10 +412,17 @@ export interface EngineStatus {
   /**
    * The load-time self-check: a run of tokens decoded one at a time and as
    * batches of 2, 4, 8, 16 and 33 rows gave bit-identical logits at every
-   * row. True means greedy speculation is bit-exact on this engine.
+   * row, and so did the attention kernel over long caches and each weight
+   * type's mat-mul kernels (the model's types) alone, batched and on other
+   * thread counts. True means greedy speculation is bit-exact on this engine.
    */
   batchInvariant?: boolean
-  /** What the self-check found, in words (the first differing row when it failed). */
+  /**
+   * What the self-check found, in words: the first differing row when it
+   * failed; the weight types whose kernels it proved; and which fast kernels
+   * are on (`fast kernels on: flash attention …, tinyBLAS (…), Q4_1 tiles …,
+   * tiled K-quants (Q4_K, Q5_K, Q6_K) from 8 rows`).
+   */
   batchInvariance?: string
   /**
    * The CPU back end computing: in the prebuilt addon, the variant chosen at

@@ -153,7 +153,7 @@ function inChild(body, env = {}) {
   const script = `
     const { Worker } = require('node:worker_threads')
     const { LlamaEngine } = require(${JSON.stringify(ROOT)})
-    const [GEMMA, SMOL, PROMPTS] = ${JSON.stringify([GEMMA, TARGET, PROMPTS])}
+    const [GEMMA, SMOL, PROMPTS, GEMMA_DRAFT] = ${JSON.stringify([GEMMA, TARGET, PROMPTS, GEMMA_DRAFT])}
     const probsOf = (r) => JSON.stringify(r.completion_probabilities)
     ;(async () => { ${body} })().then((out) => console.log(JSON.stringify(out)), (e) => { console.error(e); process.exit(1) })
   `
@@ -163,34 +163,61 @@ function inChild(body, env = {}) {
 }
 
 describe('the load-time self-check', () => {
-  test('finds the tiled K-quant path when a user leaves it on (GGML_CPU_TILED_MM=1), and the result says so', () => {
+  test('proves each weight type\'s kernels and names the fast ones on, the tiled K-quant path among them', () => {
     const out = inChild(
       `
+      const gemma = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 })
+      const out = { on: gemma.status() }
+      await gemma.dispose()
+      return out
+    `,
+      { GGML_CPU_TILED_MM: undefined },
+    )
+    expect(out.on.batchInvariant).toBe(true)
+    expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K identical alone, batched and on other thread counts/)
+    if (process.arch === 'x64') expect(out.on.batchInvariance).toMatch(/fast kernels on: .*tiled K-quants \(Q4_K, Q5_K, Q6_K\) from 8 rows/)
+    const off = inChild(`const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 }); const s = e.status(); await e.dispose(); return s`, { GGML_CPU_TILED_MM: '0' })
+    expect(off.batchInvariant).toBe(true)
+    expect(off.batchInvariance).not.toMatch(/tiled K-quants/)
+  })
+
+  const onX64 = process.arch === 'x64' ? test : test.skip
+  onX64('finds the tiled path when a user puts every type on it (GGML_CPU_TILED_MM=all), and the result says so', () => {
+    const out = inChild(
+      `
+      const q2 = await LlamaEngine.load({ modelPath: GEMMA_DRAFT, contextSize: 1024, threads: 2 })
       const gemma = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 })
       const smol = await LlamaEngine.load({ modelPath: SMOL, contextSize: 1024, threads: 2 })
       const differs = []
       let flag
       for (const prompt of Object.values(PROMPTS)) {
         const base = { prompt, n_predict: 64, temperature: 0, n_probs: 3, ignore_eos: true }
-        const off = await gemma.complete({ ...base, speculative: { mode: 'off' } })
-        const spec = await gemma.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
+        const off = await q2.complete({ ...base, speculative: { mode: 'off' } })
+        const spec = await q2.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
         differs.push(probsOf(off) !== probsOf(spec))
         flag = spec.speculative.batch_invariant
       }
-      const out = { gemma: gemma.status(), smol: smol.status().batchInvariant, differs, flag }
-      await gemma.dispose(); await smol.dispose()
+      const out = { q2: q2.status(), gemma: gemma.status(), smol: smol.status(), differs, flag }
+      await q2.dispose(); await gemma.dispose(); await smol.dispose()
       return out
     `,
-      { GGML_CPU_TILED_MM: '1' },
+      { GGML_CPU_TILED_MM: 'all' },
     )
-    expect(out.gemma.batchInvariant).toBe(false)
-    expect(out.gemma.batchInvariance).toMatch(/^row \d+ of a batch of \d+ differs from the same token decoded alone/)
+    // gemma-3 Q2_K holds Q2_K and Q3_K weights, whose one-row vec_dot sums
+    // in another order than the tiled kernel.
+    expect(out.q2.batchInvariant).toBe(false)
+    expect(out.q2.batchInvariance).toMatch(/^(row \d+ of a batch of \d+ differs from the same token decoded alone|mat-mul: Q[23]_K weights: row \d+ of a batch of \d+)/)
     expect(out.flag).toBe(false)
     // Not a false alarm: speculation really changes the probabilities then,
     // which is what the bit-exact tests above would catch.
     expect(out.differs).toContain(true)
-    // Q4_1 has no tiled kernel: still invariant with the variable set.
-    expect(out.smol).toBe(true)
+    // Q4_K_M and Q4_1 models hold none of those types: still invariant,
+    // and the check names what it found for the others.
+    for (const s of [out.gemma, out.smol]) {
+      expect(s.batchInvariant).toBe(true)
+      expect(s.batchInvariance).toMatch(/not invariant for weight types these models do not hold: Q2_K weights/)
+      expect(s.batchInvariance).toMatch(/tiled K-quants from 8 rows for every type/)
+    }
   })
 
   test('holds when a worker thread loads the addon first, and for engines loaded after another one ran', () => {
@@ -215,7 +242,7 @@ describe('the load-time self-check', () => {
       await first.complete({ prompt: 'Hello', n_predict: 8 })
       await first.dispose()
       const later = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 })
-      const out = { worker, later: later.status().batchInvariant, env: process.env.GGML_CPU_TILED_MM }
+      const out = { worker, later: later.status().batchInvariant }
       await later.dispose()
       return out
     `,
@@ -224,8 +251,6 @@ describe('the load-time self-check', () => {
     expect(out.worker).toEqual({ invariant: true, same: true, drafted: expect.any(Number) })
     expect(out.worker.drafted).toBeGreaterThan(0)
     expect(out.later).toBe(true)
-    // The addon set it for the process (the worker got there first).
-    expect(out.env).toBe('0')
   })
 })
 

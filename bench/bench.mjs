@@ -28,10 +28,10 @@
 //             token cold, copied from another slot, restored from the
 //             host-memory prompt cache and loaded from a session file; and
 //             the prompt tokens computed when 8 users arrive together.
-//   tiled     what exactness costs on K-quant models: plain decoding, prompt
-//             evaluation and batch costs with ggml's tiled K-quant mat-mul
-//             off (the engine's default) and on (GGML_CPU_TILED_MM=1),
-//             alternating processes (bench/probe.mjs).
+//   tiled     what ggml's tiled K-quant mat-mul (batch-invariant since patch
+//             0006, on by default) gives on K-quant models: plain decoding,
+//             prompt evaluation and batch costs with it on and off
+//             (GGML_CPU_TILED_MM=0), alternating processes (bench/probe.mjs).
 //   prefill   long never-seen prompts (three of ~2,000 tokens, one of ~4,000):
 //             time to first token and prefill tokens/s, then decode tokens/s
 //             after the prompt, each run in its own process, implementations
@@ -39,8 +39,10 @@
 //             installed on first use) and the ceiling, the same llama.cpp
 //             unpatched with its default build options
 //             (examples/prefill_ceiling.rs, built into target/ceiling), on
-//             SmolLM2 Q4_1 and gemma-3 Q4_K_M. BENCH_PREFILL_BEFORE=<addon>
-//             adds an older build of the engine (before/after).
+//             SmolLM2 Q4_1 and gemma-3 Q4_K_M, Q5_K_M, Q6_K and Q8_0
+//             (BENCH_PREFILL_MODELS, BENCH_PREFILL_PROMPTS narrow it).
+//             BENCH_PREFILL_BEFORE=<addon> adds an older build of the engine
+//             (before/after).
 //   contention  the engine on a machine busy with something else: load time
 //             and greedy tokens/s (SmolLM2 Q4_1, 128 tokens, 2 threads),
 //             idle, beside two busy-loop processes, beside a second engine
@@ -854,10 +856,10 @@ if (sections.has('prefix')) {
 
 if (sections.has('tiled')) {
   const since = Date.now()
-  console.log('\n## tiled: exactness cost on K-quant models (tiled K-quant mat-mul off = engine default, on = GGML_CPU_TILED_MM=1)')
+  console.log('\n## tiled: what the tiled K-quant mat-mul gives on K-quant models (on = engine default, off = GGML_CPU_TILED_MM=0)')
   const rows = []
   for (const name of ['gemma-3-270m-q4_k_m.gguf', 'gemma-3-270m.Q6_K.gguf']) {
-    const { runs, med, ratio, invariant } = probePairs(join(models, name), { off: { GGML_CPU_TILED_MM: null }, on: { GGML_CPU_TILED_MM: '1' } })
+    const { runs, med, ratio, invariant } = probePairs(join(models, name), { off: { GGML_CPU_TILED_MM: '0' }, on: { GGML_CPU_TILED_MM: null } })
     const row = { model: name, invariant }
     row['gen t/s off'] = med('off', tps)
     row['gen t/s on'] = med('on', tps)
@@ -869,9 +871,9 @@ if (sections.has('tiled')) {
       row[`t${n} off`] = med('off', (x) => x.batchCostMs[n])
       row[`t${n} on`] = med('on', (x) => x.batchCostMs[n])
     }
-    // Forced for every row count (GGML_CPU_TILED_MM_FORCE=1): one kernel,
-    // so batch-invariant, but one row pays for unpacking the weights.
-    const forced = probePairs(join(models, name), { off: { GGML_CPU_TILED_MM: null }, forced: { GGML_CPU_TILED_MM: '1', GGML_CPU_TILED_MM_FORCE: '1' } })
+    // Forced for every row count (GGML_CPU_TILED_MM_FORCE=1): one row pays
+    // for unpacking the weights; against the default (vec_dot below 8 rows).
+    const forced = probePairs(join(models, name), { off: { GGML_CPU_TILED_MM: null }, forced: { GGML_CPU_TILED_MM_FORCE: '1' } })
     row['invariant forced'] = forced.invariant.split('/')[1]
     row['gen off/forced'] = forced.ratio(tps)
     row['prompt off/forced'] = forced.ratio(promptTps)
@@ -879,7 +881,7 @@ if (sections.has('tiled')) {
   }
   table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs' && k !== 'forced'))
   console.log('invariant = status().batchInvariant with the tiled path off/on; off/on = median (min–max) over the repeats of each off run against the on run next to it;')
-  console.log('forced = the tiled path for every row count (GGML_CPU_TILED_MM_FORCE=1), against off the same way;')
+  console.log('forced = the tiled path for every row count (GGML_CPU_TILED_MM_FORCE=1), against the default (off column = default) the same way;')
   console.log('t8/t16 = load-time cost (ms) of a batch of 8/16 rows (tiled takes over from 8 rows); prompt = the ~300-token code-edit prompt, evaluated without cache')
   console.log(`(tiled section: ${elapsed(since)})`)
   results.tiled = rows
@@ -927,8 +929,13 @@ if (sections.has('prefill')) {
   }
   const names = Object.keys(impls)
   const rows = []
-  for (const model of ['SmolLM2-135M-Instruct.Q4_1.gguf', 'gemma-3-270m-q4_k_m.gguf']) {
+  // BENCH_PREFILL_MODELS / BENCH_PREFILL_PROMPTS (comma-separated file names
+  // / prompt numbers 1-4) narrow the table.
+  const prefillModels = (process.env.BENCH_PREFILL_MODELS || 'SmolLM2-135M-Instruct.Q4_1.gguf,gemma-3-270m-q4_k_m.gguf,gemma-3-270m.Q5_K_M.gguf,gemma-3-270m.Q6_K.gguf,gemma-3-270m.Q8_0.gguf').split(',')
+  const prefillPrompts = (process.env.BENCH_PREFILL_PROMPTS || '1,2,3,4').split(',').map(Number)
+  for (const model of prefillModels) {
     for (const [pi, file] of prompts.entries()) {
+      if (!prefillPrompts.includes(pi + 1)) continue
       const runs = Object.fromEntries(names.map((n) => [n, []]))
       for (let r = 0; r < REPEATS; r++) {
         // Alternated, the order turned each repeat.

@@ -10,7 +10,8 @@
 // libraries beside itself ($ORIGIN rpath, build.rs) and at load picks the
 // best CPU variant (src/engine/ggml_setup.rs). The exactness settings are
 // the source build's: llamafile and repacking off (.cargo/config.toml [env]
-// applies to every build), the tiled path and extra buffers off at run time.
+// applies to every build), extra buffers off at run time; the tiled K-quant
+// path is on where a variant has AVX2 with FMA or AVX-512 VNNI (patch 0006).
 //
 // Its own cargo target dir (target/prebuilt), so the source build is kept.
 // About 30 minutes on 2 cores the first time: llama.cpp's CPU code is

@@ -89,13 +89,13 @@ pub fn check(shape: Shape, threads: usize) -> Result<Option<AttentionMismatch>, 
     Ok(None)
 }
 
-struct Backend {
-    raw: sys::ggml_backend_t,
+pub(super) struct Backend {
+    pub(super) raw: sys::ggml_backend_t,
     set_n_threads: Option<unsafe extern "C" fn(sys::ggml_backend_t, i32)>,
 }
 
 impl Backend {
-    fn cpu() -> Result<Backend, String> {
+    pub(super) fn cpu() -> Result<Backend, String> {
         // SAFETY: ggml registry calls on the CPU device ggml always registers;
         // the proc address, when present, has the signature of
         // `ggml_backend_set_n_threads_t`.
@@ -120,7 +120,7 @@ impl Backend {
         }
     }
 
-    fn set_threads(&self, n: usize) {
+    pub(super) fn set_threads(&self, n: usize) {
         if let Some(f) = self.set_n_threads {
             // SAFETY: a live CPU backend and its own setter.
             unsafe { f(self.raw, n as i32) };
@@ -151,7 +151,7 @@ struct Graph {
 }
 
 /// A small deterministic generator: the values only need to be varied.
-fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+pub(super) fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|_| {

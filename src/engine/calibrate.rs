@@ -15,6 +15,7 @@ use crate::core::error::{EngineError, Result};
 use crate::core::speculation::cost::BatchCost;
 use crate::core::speculation::invariance::{InvarianceCheck, CHECK_SIZES};
 use crate::engine::attention_check::{self, Shape};
+use crate::engine::{ggml_setup, matmul_check};
 
 /// Rows of each of two sequences in the mixed-sequence check.
 const MIXED_ROWS: usize = 16;
@@ -38,6 +39,7 @@ pub fn calibrate(
     ctx: &mut LlamaContext,
     batch: &mut LlamaBatch,
     model: &LlamaModel,
+    weight_types: &[String],
     limits: Limits,
     costs: &mut BatchCost,
 ) -> InvarianceCheck {
@@ -76,6 +78,10 @@ pub fn calibrate(
     if check.holds() {
         attention(model, threads, &mut check);
     }
+    if check.holds() {
+        matmul(threads, weight_types, &mut check);
+    }
+    check.kernels = ggml_setup::fast_kernels();
     ctx_clear(cal.ctx);
     check.ms = start.elapsed().as_secs_f64() * 1000.0;
     check
@@ -94,6 +100,33 @@ fn attention(model: &LlamaModel, threads: usize, check: &mut InvarianceCheck) {
                 "row {} of a batch of {} over {} cells, {} thread(s), differs from the row alone",
                 m.row, m.batch, m.cells, m.threads
             ))
+        }
+        Err(why) => check.fail(why),
+    }
+}
+
+/// Each weight type's mat-mul kernels (`engine::matmul_check`). A type the
+/// models do not hold may differ without making the verdict false: it is
+/// named, as a warning for models that hold it.
+fn matmul(threads: usize, weight_types: &[String], check: &mut InvarianceCheck) {
+    match matmul_check::check(threads) {
+        Ok(found) => {
+            for (kind, mismatch) in found {
+                match mismatch {
+                    None => check.matmul_types.push(kind.to_string()),
+                    Some(m) => {
+                        let why = format!(
+                            "{} weights: row {} of a batch of {}, {} thread(s), differs from the row alone",
+                            m.kind, m.row, m.batch, m.threads
+                        );
+                        if weight_types.iter().any(|t| t == kind) {
+                            check.matmul_mismatch.get_or_insert(why);
+                        } else {
+                            check.matmul_elsewhere.push(why);
+                        }
+                    }
+                }
+            }
         }
         Err(why) => check.fail(why),
     }

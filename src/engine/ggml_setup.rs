@@ -1,57 +1,98 @@
 //! Process-wide settings of the llama.cpp/ggml CPU back end that exact
-//! speculation depends on, applied once before llama.cpp computes anything.
+//! speculation depends on, applied once before llama.cpp computes anything,
+//! and what the CPU back end says about its fast kernels.
 //!
 //! Greedy speculative output is bit-identical to plain decoding only if a
-//! position's logits do not depend on how many rows share its batch. Three
-//! ggml CPU paths break that and are switched off at build time
-//! (`.cargo/config.toml`: llamafile's tinyBLAS and repacked weights) or per
-//! context (flash attention, `model::context_params`). The two here can only
-//! be switched off at run time:
+//! position's logits do not depend on how many rows share its batch. The
+//! patched ggml makes its fast kernels so (patches/, docs/exactness.md);
+//! repacked weights stay off at build time (`.cargo/config.toml`), flash
+//! attention is the patched kernel per context (`model::context_params`),
+//! and one thing can only be switched off at run time:
 //!
-//! - the tiled K-quant mat-mul (`ggml-cpu/tiled/tiled.cpp`) takes over Q2_K…
-//!   Q6_K and IQ products from 8 activation rows and sums in another order
-//!   than `vec_dot`. ggml reads `GGML_CPU_TILED_MM` once, with `getenv`, the
-//!   first time it plans a mat-mul;
 //! - "extra" weight buffer types: on a CPU with AMX, ggml keeps Q4_0/Q4_1/
 //!   Q8_0/K-quant weights in an AMX buffer whose kernel uses VNNI for one row
 //!   and AMX tiles for more (and crashes in this ggml version). llama.cpp's
 //!   `use_extra_bufts = false` turns these off but llama-cpp-2 0.1.160 does
 //!   not expose it, so the CPU device's list is emptied instead.
 //!
+//! The tiled K-quant mat-mul (`ggml-cpu/tiled/`) is on: patch 0006 makes the
+//! one-row `vec_dot` of Q4_K, Q5_K and Q6_K do its float work in the tiled
+//! kernel's order and keeps the other types off it. ggml reads
+//! `GGML_CPU_TILED_MM` once per process: `0` turns the path off, `all` puts
+//! every type it has on it (faster for Q2_K, Q3_K and IQ types, not
+//! invariant for them).
+//!
 //! Whatever these leave, the engine measures: `engine::calibrate` decodes
-//! the same tokens alone and in batches and compares the logits bit for bit
+//! the same tokens alone and in batches and compares the logits bit for bit,
+//! and checks each weight type's kernels alone (`engine::matmul_check`)
 //! (`status().batchInvariant`).
 
 use std::ffi::CStr;
 
-/// The environment variable ggml's tiled mat-mul reads; "0" turns it off.
+/// The environment variable ggml's tiled mat-mul reads: unset or `1` on for
+/// Q4_K, Q5_K and Q6_K; `0` off; `all` on for every type it has.
 pub const TILED_MM_ENV: &str = "GGML_CPU_TILED_MM";
 
-/// Sets `GGML_CPU_TILED_MM=0` unless the process already has the variable,
-/// so a user who sets it (`=1`, for speed) keeps that choice and the
-/// self-check reports what it costs. Must run before llama.cpp's first
-/// computation: ggml reads the variable once per process. The engine calls
-/// it while initialising the llama.cpp back end, which every model load and
-/// quantization goes through, on whichever thread (a worker's included) gets
-/// there first; ggml in this addon is private to it (statically linked), so
-/// no other library can have read the variable before.
-pub fn turn_off_tiled_matmul() {
-    if std::env::var_os(TILED_MM_ENV).is_none() {
-        std::env::set_var(TILED_MM_ENV, "0");
-        // On Windows `set_var` changes the process's environment block,
-        // but ggml's `getenv` reads the C runtime's copy, made at start-up:
-        // set it there too (the self-check caught this under wine).
-        #[cfg(windows)]
-        {
-            extern "C" {
-                fn _putenv(envstring: *const std::ffi::c_char) -> std::ffi::c_int;
-            }
-            static SETTING: &CStr = c"GGML_CPU_TILED_MM=0";
-            // SAFETY: a NUL-terminated static string, valid whether or not
-            // the runtime keeps the pointer; runs before ggml reads it.
-            unsafe { _putenv(SETTING.as_ptr()) };
+/// The CPU back end's compiled-in features (`AVX2`, `FMA`, `AVX512_VNNI`,
+/// `LLAMAFILE`…), as ggml lists them.
+pub fn cpu_features() -> Vec<String> {
+    use llama_cpp_sys_2 as sys;
+    let mut out = Vec::new();
+    // SAFETY: ggml registry calls on the CPU device; the proc address, when
+    // present, has the signature of `ggml_backend_get_features_t` and returns
+    // a static array ended by a null name.
+    unsafe {
+        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        if dev.is_null() {
+            return out;
+        }
+        let reg = sys::ggml_backend_dev_backend_reg(dev);
+        if reg.is_null() {
+            return out;
+        }
+        let f = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_get_features".as_ptr());
+        if f.is_null() {
+            return out;
+        }
+        let get: unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *const sys::ggml_backend_feature = std::mem::transmute(f);
+        let mut p = get(reg);
+        while !p.is_null() && !(*p).name.is_null() {
+            out.push(CStr::from_ptr((*p).name).to_string_lossy().into_owned());
+            p = p.add(1);
         }
     }
+    out
+}
+
+/// The fast CPU kernels on in this process, as `status().batchInvariance`
+/// names them; each is batch-invariant by the patches, and the self-check
+/// proves it per type.
+pub fn fast_kernels() -> String {
+    let features = cpu_features();
+    let has = |f: &str| features.iter().any(|x| x == f);
+    let mut on = vec!["flash attention (one kernel for every row count)".to_string()];
+    let x86 = has("SSE3") || has("AVX") || has("AVX2");
+    if x86 && has("LLAMAFILE") {
+        on.push("tinyBLAS (F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL) from 1 row".into());
+        if has("AVX2") && has("FMA") {
+            on.push("Q4_1 tiles from 2 rows".into());
+        }
+    }
+    let tiled_isa = (has("AVX2") && has("FMA")) || has("AVX512_VNNI");
+    // As ggml reads it: unset on, `all` every type, else C's atoi != 0.
+    let setting = std::env::var(TILED_MM_ENV).ok();
+    let atoi = |v: &str| {
+        let v = v.trim_start();
+        let sign = usize::from(v.starts_with(['-', '+']));
+        v[sign..].chars().take_while(char::is_ascii_digit).any(|c| c != '0')
+    };
+    match setting.as_deref() {
+        _ if !tiled_isa => {}
+        Some("all") => on.push("tiled K-quants from 8 rows for every type (Q2_K, Q3_K and IQ types not invariant)".into()),
+        Some(v) if !atoi(v) => {}
+        _ => on.push("tiled K-quants (Q4_K, Q5_K, Q6_K) from 8 rows".into()),
+    }
+    on.join(", ")
 }
 
 /// Empties the CPU device's list of extra weight buffer types (AMX, repacked

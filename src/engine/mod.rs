@@ -20,6 +20,7 @@
 //! - `sampler.rs`: a request's sampler chain;
 //! - `draft_model.rs`: the draft model as a drafter, per slot;
 //! - `calibrate.rs`: batch costs and the batch-invariance self-check;
+//!   `attention_check.rs` and `matmul_check.rs` its kernel-level parts;
 //! - `vocab.rs`: tokenizing and chat rendering, on any thread (also
 //!   without weights, for an isolated engine's parent);
 //! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
@@ -40,6 +41,7 @@ pub mod ggml_setup;
 pub mod gpu;
 pub mod kv;
 pub mod llama_log;
+mod matmul_check;
 pub mod memory;
 pub mod model;
 mod prepare;

@@ -30,7 +30,6 @@ pub fn backend() -> Result<&'static LlamaBackend> {
     BACKEND
         .get_or_init(|| {
             llama_log::install();
-            ggml_setup::turn_off_tiled_matmul();
             #[cfg(feature = "prebuilt")]
             ggml_setup::load_cpu_backend()?;
             super::gpu::start();
@@ -80,7 +79,14 @@ pub struct ModelInfo {
     pub n_embd: usize,
 }
 
-pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Result<Arc<LlamaModel>> {
+/// A model as loaded, with the weight types its file holds (ggml's names:
+/// the self-check proves their kernels).
+pub struct Loaded {
+    pub model: Arc<LlamaModel>,
+    pub weight_types: Vec<String>,
+}
+
+pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Result<Loaded> {
     let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: {why}"));
     let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
     if !meta.is_file() {
@@ -90,6 +96,9 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Re
     // whose asserts on a bad header or hyperparameter abort the process.
     let file = gguf::read_gguf(Path::new(path)).map_err(|e| fail(e.0))?;
     gguf::check_model(&file).map_err(fail)?;
+    let mut weight_types: Vec<String> = file.tensors.iter().map(|t| t.kind.name.to_string()).collect();
+    weight_types.sort();
+    weight_types.dedup();
     let backend = backend()?;
     let mut params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
     if gpu_layers == 0 || !super::gpu::has_device() {
@@ -112,7 +121,7 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Re
         })
     })?;
     check_loaded(&model).map_err(fail)?;
-    Ok(Arc::new(model))
+    Ok(Loaded { model: Arc::new(model), weight_types })
 }
 
 /// What llama.cpp asserts on later, when the model is used, checked once it

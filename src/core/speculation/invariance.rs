@@ -57,6 +57,15 @@ pub struct InvarianceCheck {
     pub attention_cells: Vec<usize>,
     /// Where the attention kernel did not.
     pub attention_mismatch: Option<String>,
+    /// Weight types whose mat-mul kernels gave each row the same bits alone,
+    /// in batches and with other thread counts.
+    pub matmul_types: Vec<String>,
+    /// Where a mat-mul kernel of a type the models hold did not.
+    pub matmul_mismatch: Option<String>,
+    /// Where one of a type they do not hold did not (said, not a failure).
+    pub matmul_elsewhere: Vec<String>,
+    /// The fast kernels on (named by the back end), said with the verdict.
+    pub kernels: String,
     /// Time the whole calibration took (ms), batch costs included.
     pub ms: f64,
 }
@@ -96,7 +105,11 @@ impl InvarianceCheck {
 
     /// True when at least one multi-row batch was compared and nothing differed.
     pub fn holds(&self) -> bool {
-        self.mismatch.is_none() && self.attention_mismatch.is_none() && self.failure.is_none() && !self.sizes.is_empty()
+        self.mismatch.is_none()
+            && self.attention_mismatch.is_none()
+            && self.matmul_mismatch.is_none()
+            && self.failure.is_none()
+            && !self.sizes.is_empty()
     }
 }
 
@@ -115,6 +128,12 @@ impl fmt::Display for InvarianceCheck {
             Ok(())
         } else if let Some(m) = &self.attention_mismatch {
             write!(f, "flash attention: {m}")
+        } else if let Some(m) = &self.matmul_mismatch {
+            write!(f, "mat-mul: {m}")?;
+            if !self.kernels.is_empty() {
+                write!(f, "; fast kernels on: {}", self.kernels)?;
+            }
+            Ok(())
         } else if let Some(why) = &self.failure {
             write!(f, "the check could not finish: {why}")
         } else if self.sizes.is_empty() {
@@ -127,7 +146,22 @@ impl fmt::Display for InvarianceCheck {
             } else {
                 format!("; attention over {cells} cells identical alone, batched and on other thread counts")
             };
-            write!(f, "identical alone and in batches of {sizes}{mixed}{attention} (calibration took {:.0} ms)", self.ms)
+            let matmul = if self.matmul_types.is_empty() {
+                String::new()
+            } else {
+                format!("; mat-mul of {} identical alone, batched and on other thread counts", self.matmul_types.join(", "))
+            };
+            let elsewhere = if self.matmul_elsewhere.is_empty() {
+                String::new()
+            } else {
+                format!("; not invariant for weight types these models do not hold: {}", self.matmul_elsewhere.join("; "))
+            };
+            let kernels = if self.kernels.is_empty() { String::new() } else { format!("; fast kernels on: {}", self.kernels) };
+            write!(
+                f,
+                "identical alone and in batches of {sizes}{mixed}{attention}{matmul}{elsewhere}{kernels} (calibration took {:.0} ms)",
+                self.ms
+            )
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct Models {
     pub target: Arc<LlamaModel>,
     pub draft: Option<Arc<LlamaModel>>,
     pub info: ModelInfo,
+    /// The weight types of both models' files (ggml's names).
+    pub weight_types: Vec<String>,
 }
 
 impl Models {
@@ -55,12 +57,16 @@ impl Models {
                 }) as Progress
             })
         };
-        let target = model::load_model(&opts.model_path, opts.gpu_layers, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
+        let loaded = model::load_model(&opts.model_path, opts.gpu_layers, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
+        let (target, mut weight_types) = (loaded.model, loaded.weight_types);
         let draft = match &opts.draft_model_path {
             Some(path) => {
-                let draft = model::load_model(path, opts.draft_gpu_layers, part(0.5, 0.5))?;
-                model::check_compatible(&target, &draft)?;
-                Some(draft)
+                let loaded = model::load_model(path, opts.draft_gpu_layers, part(0.5, 0.5))?;
+                model::check_compatible(&target, &loaded.model)?;
+                weight_types.extend(loaded.weight_types);
+                weight_types.sort();
+                weight_types.dedup();
+                Some(loaded.model)
             }
             None => None,
         };
@@ -78,7 +84,7 @@ impl Models {
         }
         // Unreadable now (it was just loaded): sessions then match nothing.
         info.fingerprint = fingerprint(std::path::Path::new(&opts.model_path)).unwrap_or_default();
-        Ok(Models { target, draft, info })
+        Ok(Models { target, draft, info, weight_types })
     }
 }
 
@@ -165,7 +171,7 @@ impl<'m> Worker<'m> {
         // A cap left on this thread (none is, a thread per engine) would skew the costs.
         set_thread_cap(0);
         let limits = Limits { n_ctx: worker.n_ctx, n_batch, n_seq: parallel, threads: opts.threads.max(1) as usize };
-        worker.invariance = calibrate(&mut worker.ctx, &mut worker.batch, &models.target, limits, &mut worker.costs);
+        worker.invariance = calibrate(&mut worker.ctx, &mut worker.batch, &models.target, &models.weight_types, limits, &mut worker.costs);
         if let Some(d) = &worker.draft {
             d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
         }
