@@ -217,10 +217,10 @@ const timeTool = {
 const CONSTRAINED = [
   ['Qwen3.5-4B.jinja', 'qwen3-coder'],
   ['GLM-4.6.jinja', 'glm'],
-  ['ByteDance-Seed-OSS.jinja', 'seed-oss'],
-  ['LFM2.5-8B-A1B.jinja', 'lfm2'],
   ...(FULL
     ? [
+        ['ByteDance-Seed-OSS.jinja', 'seed-oss'],
+        ['LFM2.5-8B-A1B.jinja', 'lfm2'],
         ['Apertus-8B-Instruct.jinja', 'apertus'],
         ['meetkai-functionary-medium-v3.2.jinja', 'functionary'],
         ['fireworks-ai-llama-3-firefunction-v2.jinja', 'firefunction'],

@@ -65,7 +65,7 @@
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
 import { execFileSync } from 'node:child_process'
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import { join } from 'node:path'
 import { ensureReady } from '../scripts/ensure-ready.mjs'
@@ -908,10 +908,16 @@ if (sections.has('prefill')) {
   if (!existsSync(join(benchDir, 'node_modules', 'node-llama-cpp'))) {
     execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: benchDir, stdio: 'inherit' })
   }
-  // The ceiling: the registry crate unpatched, llama.cpp's default build
-  // options (flash attention auto, llamafile, repacked weights, tiled K-quants).
+  // The ceiling: the registry crate with none of the kernel patches (only
+  // 0004 and 0005, API the engine's code links against), llama.cpp's default
+  // build options (flash attention auto, llamafile, repacked weights, tiled
+  // K-quants for every type).
   const pristine = join(root, 'target', 'pristine', 'llama-cpp-sys-2')
-  if (!existsSync(pristine)) execFileSync(process.execPath, [join(root, 'scripts', 'vendor.mjs'), '--pristine', pristine], { stdio: 'inherit' })
+  if (!existsSync(join(pristine, '.api-patches'))) {
+    rmSync(pristine, { recursive: true, force: true })
+    execFileSync(process.execPath, [join(root, 'scripts', 'vendor.mjs'), '--pristine', pristine, '--with', '0004-thread-cap.patch,0005-chat-parser-wrapper.patch'], { stdio: 'inherit' })
+    writeFileSync(join(pristine, '.api-patches'), '0004,0005\n')
+  }
   execFileSync(
     'cargo',
     ['build', '--release', '--example', 'prefill_ceiling', '--target-dir', join(root, 'target', 'ceiling'), '--config', `patch.crates-io.llama-cpp-sys-2.path="${pristine}"`],

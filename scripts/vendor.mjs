@@ -8,6 +8,10 @@
 //   node scripts/vendor.mjs --pristine D extract the unpatched crate into D
 //                                        (to write a patch: edit a copy, then
 //                                        `git diff --no-index D/… vendor/…`)
+//     [--with P1,P2]                     and apply only these patches (the
+//                                        bench's ceiling: llama.cpp's own
+//                                        kernels with the API patches the
+//                                        engine links against)
 //
 // The copy is generated, not committed (about 40 MB): a stamp file holds the
 // hash of the crate and the patches, and the copy is made again when either
@@ -153,6 +157,10 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   if (p >= 0) {
     const into = process.argv[p + 1] || fail('--pristine needs a directory')
     extract(into)
+    const w = process.argv.indexOf('--with')
+    for (const f of w >= 0 ? (process.argv[w + 1] || '').split(',').filter(Boolean) : []) {
+      applyPatch(into, readFileSync(join(patchDir, f), 'utf8'), f)
+    }
   } else {
     ensureVendored()
   }
