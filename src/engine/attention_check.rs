@@ -145,9 +145,42 @@ struct Case {
     batched: Graph,
 }
 
-struct Graph {
-    graph: *mut sys::ggml_cgraph,
-    outs: Vec<*mut sys::ggml_tensor>,
+/// A graph and its outputs (also `matmul_check`'s).
+pub(super) struct Graph {
+    pub(super) graph: *mut sys::ggml_cgraph,
+    pub(super) outs: Vec<*mut sys::ggml_tensor>,
+}
+
+/// Computes a graph on the back end; each output's values, in order.
+pub(super) fn compute(backend: &Backend, graph: &Graph, what: &str) -> Result<Vec<Vec<f32>>, String> {
+    // SAFETY: the graph and its outputs belong to a live context whose
+    // tensors are allocated (the caller's); reads are of each output's full size.
+    unsafe {
+        if sys::ggml_backend_graph_compute(backend.raw, graph.graph) != sys::GGML_STATUS_SUCCESS {
+            return Err(format!("the {what} check's graph failed"));
+        }
+        Ok(graph
+            .outs
+            .iter()
+            .map(|&t| {
+                let n = sys::ggml_nelements(t) as usize;
+                let mut out = vec![0f32; n];
+                sys::ggml_backend_tensor_get(t, out.as_mut_ptr().cast(), 0, n * 4);
+                out
+            })
+            .collect())
+    }
+}
+
+/// Frees a check's buffer (if allocated), then the context that describes it.
+///
+/// # Safety
+/// Each pointer from ggml, freed only here and once.
+pub(super) unsafe fn free(ctx: *mut sys::ggml_context, buffer: sys::ggml_backend_buffer_t) {
+    if !buffer.is_null() {
+        sys::ggml_backend_buffer_free(buffer);
+    }
+    sys::ggml_free(ctx);
 }
 
 /// A small deterministic generator: the values only need to be varied.
@@ -249,34 +282,13 @@ impl Case {
     /// Computes one of the graphs; each output's values, row by row (dst
     /// is [head_v, n_head, rows]: a row is contiguous).
     fn run(&self, backend: &Backend, graph: &Graph) -> Result<Vec<Vec<f32>>, String> {
-        // SAFETY: the graph and outputs belong to this context, allocated
-        // in self.buffer; reads are of each output's full size.
-        unsafe {
-            if sys::ggml_backend_graph_compute(backend.raw, graph.graph) != sys::GGML_STATUS_SUCCESS {
-                return Err("the attention check's graph failed".into());
-            }
-            Ok(graph
-                .outs
-                .iter()
-                .map(|&t| {
-                    let n = sys::ggml_nelements(t) as usize;
-                    let mut out = vec![0f32; n];
-                    sys::ggml_backend_tensor_get(t, out.as_mut_ptr().cast(), 0, n * 4);
-                    out
-                })
-                .collect())
-        }
+        compute(backend, graph, "attention")
     }
 }
 
 impl Drop for Case {
     fn drop(&mut self) {
-        // SAFETY: each freed once, the buffer before the context that describes it.
-        unsafe {
-            if !self.buffer.is_null() {
-                sys::ggml_backend_buffer_free(self.buffer);
-            }
-            sys::ggml_free(self.ctx);
-        }
+        // SAFETY: created in Case::new, freed once.
+        unsafe { free(self.ctx, self.buffer) }
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use llama_cpp_sys_2 as sys;
 
 use crate::core::speculation::invariance::first_difference;
-use crate::engine::attention_check::{values, Backend};
+use crate::engine::attention_check::{compute, free, values, Backend, Graph};
 
 /// Weight types checked: the float types, every type with a fast path here
 /// (tinyBLAS, the Q4_1 tile kernel, the tiled K-quant kernels) and the
@@ -108,11 +108,6 @@ struct Case {
     batched: Graph,
 }
 
-struct Graph {
-    graph: *mut sys::ggml_cgraph,
-    outs: Vec<*mut sys::ggml_tensor>,
-}
-
 impl Case {
     fn new(backend: &Backend, ty: sys::ggml_type) -> Result<Case, String> {
         let n_tensors = 4 + 2 * (ROWS + BATCHES.len());
@@ -187,34 +182,13 @@ impl Case {
     /// Computes one of the graphs; each output's values (dst is [N, rows]:
     /// a row's N outputs are contiguous).
     fn run(&self, backend: &Backend, graph: &Graph) -> Result<Vec<Vec<f32>>, String> {
-        // SAFETY: the graph and outputs belong to this context, allocated
-        // in self.buffer; reads are of each output's full size.
-        unsafe {
-            if sys::ggml_backend_graph_compute(backend.raw, graph.graph) != sys::GGML_STATUS_SUCCESS {
-                return Err("the mat-mul check's graph failed".into());
-            }
-            Ok(graph
-                .outs
-                .iter()
-                .map(|&t| {
-                    let n = sys::ggml_nelements(t) as usize;
-                    let mut out = vec![0f32; n];
-                    sys::ggml_backend_tensor_get(t, out.as_mut_ptr().cast(), 0, n * 4);
-                    out
-                })
-                .collect())
-        }
+        compute(backend, graph, "mat-mul")
     }
 }
 
 impl Drop for Case {
     fn drop(&mut self) {
-        // SAFETY: each freed once, the buffer before the context that describes it.
-        unsafe {
-            if !self.buffer.is_null() {
-                sys::ggml_backend_buffer_free(self.buffer);
-            }
-            sys::ggml_free(self.ctx);
-        }
+        // SAFETY: created in Case::new, freed once.
+        unsafe { free(self.ctx, self.buffer) }
     }
 }
