@@ -41,11 +41,11 @@ const STREAMED = [
   'GLM-4.7-Flash.jinja',
   'deepseek-ai-DeepSeek-V3.2.jinja',
   'MiniMax-M2.jinja',
-  'ByteDance-Seed-OSS.jinja',
-  'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
-  'LFM2.5-8B-A1B.jinja',
   ...(FULL
     ? [
+        'ByteDance-Seed-OSS.jinja',
+        'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
+        'LFM2.5-8B-A1B.jinja',
         'Qwen3.5-4B.jinja',
         'NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja',
         'Kimi-K2-Thinking.jinja',
