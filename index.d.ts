@@ -38,6 +38,7 @@ export interface RequestField {
 export declare const requestFields: readonly RequestField[]
 
 export interface EngineOptions {
+  /** A GGUF file, or a model to fetch first: `hf:OWNER/REPO:QUANT`, `hf:OWNER/REPO/FILE.gguf`, `https://…` (`resolveModel`). */
   modelPath: string
   /** Draft model for speculative decoding (same vocabulary as the target). */
   draftModelPath?: string
@@ -54,8 +55,12 @@ export interface EngineOptions {
    */
   gpuLayers?: number
   draftGpuLayers?: number
-  /** Model loading progress, 0..1. */
+  /** Model loading progress, 0..1 (with an `hf:`/`https:` model, the download is the first half). */
   onProgress?: (fraction: number) => void
+  /** Stops the download of an `hf:`/`https:` model (see `resolveModel`). */
+  signal?: AbortSignal
+  /** `hf:`/`https:` models from the cache only, no network. */
+  offline?: boolean
   /** Dynamic n-gram cache: loaded if present. */
   ngramCachePath?: string
   /** Read-only n-gram cache (llama.cpp lookup format). */
@@ -578,9 +583,34 @@ export declare function quantizeModel(
   ftype: 'Q2_K' | 'Q3_K_M' | 'Q4_0' | 'Q4_1' | 'Q4_K_M' | 'Q5_K_M' | 'Q6_K' | 'Q8_0' | 'F16' | 'F32',
 ): Promise<void>
 
+/** What `resolveModel` reports while it downloads. */
+export interface ResolveProgress {
+  /** The file's path in the repository (or the URL's file name). */
+  file: string
+  downloaded: number
+  total: number
+}
+
+/**
+ * The local path of a model: a path as it is; `hf:OWNER/REPO:QUANT` (the
+ * repository's .gguf whose name contains QUANT, case-insensitive, default
+ * `Q4_K_M`; every part of a split GGUF, the first returned),
+ * `hf:OWNER/REPO/FILE.gguf`, or an `https://` URL, downloaded if needed into
+ * Hugging Face's hub cache (`HF_HUB_CACHE`, else `HF_HOME/hub`, else
+ * `~/.cache/huggingface/hub`; `HF_ENDPOINT`, `HF_TOKEN` honoured), resumed
+ * after a cut and checked against the repository's sha256. Rejects with
+ * `MODEL_LOAD_FAILED` saying which repository or file and why (an aborted
+ * download: `name` `AbortError`).
+ */
+export declare function resolveModel(
+  uri: string,
+  options?: { cacheDir?: string; offline?: boolean; signal?: AbortSignal; onProgress?: (p: ResolveProgress) => void },
+): Promise<string>
+
 declare const llamaEngine: {
   LlamaEngine: typeof LlamaEngine
   quantizeModel: typeof quantizeModel
+  resolveModel: typeof resolveModel
   errorCodes: typeof errorCodes
   requestFields: typeof requestFields
 }

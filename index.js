@@ -6,6 +6,7 @@
 
 const { loadNative, platformTriple } = require('./native-loader.js')
 const { setupGpu } = require('./gpu.js')
+const { resolveModel: resolveRemote, isRemoteModel } = require('./resolve-model.js')
 
 const native = loadNative()
 const { NativeEngine, NativeVocab, quantizeModel: nativeQuantize } = native.binding
@@ -134,6 +135,32 @@ class LlamaEngine {
     const { isolation: mode = 'none', restart = true } = rest
     if (mode !== 'none' && mode !== 'process') throw engineError('INVALID_REQUEST', "isolation: expected 'none' or 'process'")
     if (typeof restart !== 'boolean') throw engineError('INVALID_REQUEST', 'restart: expected a boolean')
+    // hf: and https: models are fetched first (resolve-model.js); onProgress
+    // then covers the download (the first half) and the load.
+    const remote = ['modelPath', 'draftModelPath'].filter((k) => isRemoteModel(rest[k]))
+    const share = remote.length ? 0.5 : 0
+    if (remote.length) {
+      const sizes = new Map()
+      for (const key of remote) {
+        rest[key] = await resolveModel(rest[key], {
+          signal: options.signal,
+          offline: options.offline,
+          onProgress: onProgress
+            ? ({ file, downloaded, total }) => {
+                sizes.set(file, [downloaded, total])
+                let d = 0
+                let t = 0
+                for (const [a, b] of sizes.values()) (d += a), (t += b)
+                try {
+                  onProgress(t > 0 ? (share * d) / t : 0)
+                } catch {}
+              }
+            : undefined,
+        })
+      }
+    }
+    delete rest.signal
+    delete rest.offline
     let json
     try {
       json = JSON.stringify(rest, replacer)
@@ -143,7 +170,7 @@ class LlamaEngine {
     const progress = onProgress
       ? (fraction) => {
           try {
-            onProgress(fraction)
+            onProgress(share + (1 - share) * fraction)
           } catch {
             // A throwing progress callback must not break loading.
           }
@@ -535,4 +562,18 @@ async function quantizeModel(input, output, ftype) {
   }
 }
 
-module.exports = { LlamaEngine, quantizeModel, errorCodes, requestFields }
+/**
+ * The local path of a model named by a path, `hf:OWNER/REPO:QUANT`,
+ * `hf:OWNER/REPO/FILE.gguf` or an https URL, downloaded into Hugging Face's
+ * hub cache if needed (resolve-model.js).
+ */
+async function resolveModel(uri, options) {
+  try {
+    return await resolveRemote(uri, options)
+  } catch (e) {
+    if (e && e.name === 'AbortError') throw e
+    throw coded(e)
+  }
+}
+
+module.exports = { LlamaEngine, quantizeModel, resolveModel, errorCodes, requestFields }

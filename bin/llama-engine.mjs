@@ -79,6 +79,9 @@ function fieldHelp(flag, f) {
 
 export const USAGE = `Usage: llama-engine [options] [--prompt TEXT]   (the prompt is read from stdin without --prompt)
        llama-engine serve [options]             an HTTP server (see llama-engine serve --help)
+       llama-engine pull URI [--offline] [--cache-dir DIR]
+                                                fetch a model into the cache and print its path
+                                                (URI: hf:OWNER/REPO:QUANT, hf:OWNER/REPO/FILE.gguf, https://…)
 
 Models:
   -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
@@ -193,8 +196,10 @@ function joinNegativeNumbers(argv) {
 /** The engine's load options from the model flags both commands share. */
 function loadOptions(v, env) {
   const modelsDir = env.LLAMA_ENGINE_MODELS_DIR || join(ROOT, 'models')
-  const load = { modelPath: v.model !== undefined ? resolve(v.model) : join(modelsDir, DEFAULT_MODEL) }
-  if (v.draft !== undefined) load.draftModelPath = resolve(v.draft)
+  // hf: and https: models stay URIs: load() fetches them (resolveModel).
+  const where = (m) => (/^(hf:|https?:\/\/)/i.test(m) ? m : resolve(m))
+  const load = { modelPath: v.model !== undefined ? where(v.model) : join(modelsDir, DEFAULT_MODEL) }
+  if (v.draft !== undefined) load.draftModelPath = where(v.draft)
   if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
   if (v.parallel !== undefined) load.parallel = number('parallel', v.parallel, 'int')
@@ -476,8 +481,70 @@ async function serve(argv) {
 }
 
 /** Runs the CLI; resolves with the exit code. */
+// `llama-engine pull URI`: resolveModel with a progress bar (speed and ETA)
+// on a TTY, a line per 10 % otherwise; prints the local path on stdout.
+async function pull(argv) {
+  const { stdout, stderr } = process
+  let parsed
+  try {
+    parsed = parseArgs({ args: argv, allowPositionals: true, options: { offline: { type: 'boolean' }, 'cache-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } } })
+  } catch (e) {
+    stderr.write(`llama-engine pull: ${e.message}\n\n${USAGE}`)
+    return 2
+  }
+  const { values: v, positionals } = parsed
+  if (v.help) {
+    stdout.write(USAGE)
+    return 0
+  }
+  if (positionals.length !== 1) {
+    stderr.write(`llama-engine pull: expected one URI\n\n${USAGE}`)
+    return 2
+  }
+  const { resolveModel } = await import('../index.mjs')
+  const started = Date.now()
+  const tty = Boolean(stderr.isTTY)
+  let lastTenth = -1
+  let drew = false
+  const mb = (n) => (n / 2 ** 20).toFixed(1)
+  const onProgress = ({ file, downloaded, total }) => {
+    const fraction = total > 0 ? downloaded / total : 0
+    if (tty) {
+      const secs = (Date.now() - started) / 1000
+      const speed = secs > 0 ? downloaded / secs : 0
+      const eta = speed > 0 ? Math.max(0, (total - downloaded) / speed) : 0
+      const width = 24
+      const filled = Math.round(fraction * width)
+      stderr.write(`\r${file} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${mb(downloaded)}/${mb(total)} MB ${mb(speed)} MB/s ETA ${eta.toFixed(0)} s\x1b[K`)
+      drew = true
+    } else {
+      const tenth = Math.floor(fraction * 10)
+      if (tenth !== lastTenth) {
+        lastTenth = tenth
+        stderr.write(`${file}: ${tenth * 10}% (${mb(downloaded)} of ${mb(total)} MB)\n`)
+      }
+    }
+  }
+  const ac = new AbortController()
+  const onSigint = () => ac.abort(new Error('interrupted'))
+  process.once('SIGINT', onSigint)
+  try {
+    const file = await resolveModel(positionals[0], { offline: Boolean(v.offline), cacheDir: v['cache-dir'], signal: ac.signal, onProgress })
+    if (drew) stderr.write('\n')
+    stdout.write(`${file}\n`)
+    return 0
+  } catch (e) {
+    if (drew) stderr.write('\n')
+    stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+    return ac.signal.aborted ? SIGNAL_EXIT.SIGINT : 1
+  } finally {
+    process.off('SIGINT', onSigint)
+  }
+}
+
 export async function main(argv = process.argv.slice(2)) {
   if (argv[0] === 'serve') return serve(argv.slice(1))
+  if (argv[0] === 'pull') return pull(argv.slice(1))
   const { stdout, stderr } = process
   let cli
   try {

@@ -1,0 +1,267 @@
+// resolveModel against a local stand-in for the Hugging Face Hub (loopback
+// only): its file list with each file's LFS sha256, its resolve URLs with
+// Range requests, a private repository, a download cut halfway, a file whose
+// bytes do not match its sha256, a split GGUF; then offline use of the cache.
+
+const crypto = require('node:crypto')
+const fs = require('node:fs')
+const http = require('node:http')
+const os = require('node:os')
+const path = require('node:path')
+const { resolveModel, parseModelUri } = require('../resolve-model.js')
+
+const sha = (b) => crypto.createHash('sha256').update(b).digest('hex')
+const bytes = (n, seed) => {
+  const b = Buffer.alloc(n)
+  let x = seed
+  for (let i = 0; i < n; i++) b[i] = (x = (x * 1103515245 + 12345) >>> 0) >>> 24
+  return b
+}
+
+// repo -> { private?, files: { path: { data, oid? } } }
+const REPOS = {
+  'me/tiny': {
+    files: {
+      'tiny-Q4_K_M.gguf': { data: bytes(300_000, 1) },
+      'tiny-Q6_K.gguf': { data: bytes(200_000, 2) },
+      'mmproj-tiny-Q4_K_M.gguf': { data: bytes(1000, 3) },
+      'Q8_0/tiny-Q8_0-00001-of-00003.gguf': { data: bytes(70_000, 4) },
+      'Q8_0/tiny-Q8_0-00002-of-00003.gguf': { data: bytes(70_000, 5) },
+      'Q8_0/tiny-Q8_0-00003-of-00003.gguf': { data: bytes(10_000, 6) },
+      'README.md': { data: Buffer.from('# tiny'), lfs: false },
+    },
+  },
+  'me/liar': { files: { 'liar-Q4_K_M.gguf': { data: bytes(50_000, 7), oid: sha(Buffer.from('something else')) } } },
+  'me/secret': { private: true, files: { 'secret-Q4_K_M.gguf': { data: bytes(40_000, 8) } } },
+}
+
+let server
+let base
+const seen = []
+let cutNext = false
+
+beforeAll(async () => {
+  server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://x')
+    seen.push({ path: url.pathname, range: req.headers.range, auth: req.headers.authorization })
+    let m = /^\/api\/models\/([^/]+\/[^/]+)\/(revision|tree)\/main$/.exec(url.pathname)
+    const repoOf = (name) => {
+      const repo = REPOS[name]
+      if (!repo) {
+        res.writeHead(404).end('{"error":"Repository not found"}')
+        return null
+      }
+      if (repo.private && req.headers.authorization !== 'Bearer hf_good') {
+        res.writeHead(401).end('{"error":"Invalid credentials"}')
+        return null
+      }
+      return repo
+    }
+    if (m) {
+      const repo = repoOf(m[1])
+      if (!repo) return
+      res.setHeader('content-type', 'application/json')
+      if (m[2] === 'revision') return res.end(JSON.stringify({ id: m[1], sha: 'a'.repeat(40) }))
+      const list = Object.entries(repo.files).map(([p, f]) => ({
+        type: 'file',
+        path: p,
+        size: f.data.length,
+        ...(f.lfs === false ? {} : { lfs: { oid: f.oid || sha(f.data), size: f.data.length } }),
+      }))
+      return res.end(JSON.stringify(list))
+    }
+    m = /^\/([^/]+\/[^/]+)\/resolve\/main\/(.+)$/.exec(url.pathname)
+    if (m) {
+      const repo = repoOf(m[1])
+      if (!repo) return
+      const f = repo.files[decodeURIComponent(m[2])]
+      if (!f) return res.writeHead(404).end('not found')
+      const r = /^bytes=(\d+)-$/.exec(req.headers.range || '')
+      const from = r ? Number(r[1]) : 0
+      const body = f.data.subarray(from)
+      res.writeHead(r ? 206 : 200, { 'content-length': body.length, ...(r ? { 'content-range': `bytes ${from}-${f.data.length - 1}/${f.data.length}` } : {}) })
+      if (cutNext) {
+        cutNext = false
+        res.write(body.subarray(0, body.length >> 1))
+        return setTimeout(() => res.destroy(), 20)
+      }
+      return res.end(body)
+    }
+    res.writeHead(404).end()
+  })
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  base = `http://127.0.0.1:${server.address().port}`
+  process.env.HF_ENDPOINT = base
+})
+
+afterAll(() => {
+  delete process.env.HF_ENDPOINT
+  delete process.env.HF_TOKEN
+  server?.close()
+})
+
+const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-hub-'))
+
+test('URIs are read as llama.cpp and node-llama-cpp read them', () => {
+  expect(parseModelUri('hf:me/tiny:q6_k')).toEqual({ kind: 'hf', repo: 'me/tiny', quant: 'q6_k' })
+  expect(parseModelUri('hf:me/tiny')).toEqual({ kind: 'hf', repo: 'me/tiny', quant: 'Q4_K_M' })
+  expect(parseModelUri('hf:me/tiny/Q8_0/x.gguf')).toEqual({ kind: 'hf', repo: 'me/tiny', file: 'Q8_0/x.gguf' })
+  expect(parseModelUri('https://example.com/a/b%20c.gguf')).toMatchObject({ kind: 'url', file: 'b c.gguf' })
+  expect(parseModelUri('models/x.gguf')).toEqual({ kind: 'path', path: path.resolve('models/x.gguf') })
+  for (const bad of ['', 'hf:', 'hf:me', 'hf:me/tiny/../x.gguf', 'hf:me/tiny/notes.txt']) expect(() => parseModelUri(bad)).toThrow(expect.objectContaining({ code: 'MODEL_LOAD_FAILED' }))
+})
+
+test('hf:OWNER/REPO:QUANT downloads into the hub cache layout, checked, with progress; then offline it answers from the cache', async () => {
+  const cacheDir = tmp()
+  const progress = []
+  const file = await resolveModel('hf:me/tiny:q4_k_m', { cacheDir, onProgress: (p) => progress.push(p) })
+  const data = REPOS['me/tiny'].files['tiny-Q4_K_M.gguf'].data
+  const repoDir = path.join(cacheDir, 'models--me--tiny')
+  expect(file).toBe(path.join(repoDir, 'snapshots', 'a'.repeat(40), 'tiny-Q4_K_M.gguf'))
+  expect(fs.readFileSync(file).equals(data)).toBe(true)
+  expect(fs.lstatSync(file).isSymbolicLink()).toBe(true)
+  expect(fs.realpathSync(file)).toBe(fs.realpathSync(path.join(repoDir, 'blobs', sha(data))))
+  expect(fs.readFileSync(path.join(repoDir, 'refs', 'main'), 'utf8')).toBe('a'.repeat(40))
+  expect(progress.at(-1)).toEqual({ file: 'tiny-Q4_K_M.gguf', downloaded: data.length, total: data.length })
+  // Not the mmproj file that also contains the quant's name.
+  expect(fs.readdirSync(path.join(repoDir, 'blobs'))).toEqual([sha(data)])
+  // Again: no bytes downloaded.
+  const before = seen.filter((s) => s.path.includes('/resolve/')).length
+  expect(await resolveModel('hf:me/tiny:Q4_K_M', { cacheDir })).toBe(file)
+  expect(seen.filter((s) => s.path.includes('/resolve/')).length).toBe(before)
+  // Offline: no request at all.
+  const requests = seen.length
+  expect(await resolveModel('hf:me/tiny:Q4_K_M', { cacheDir, offline: true })).toBe(file)
+  expect(seen.length).toBe(requests)
+  // A quant never fetched is not there offline, and the error says so.
+  await expect(resolveModel('hf:me/tiny:Q6_K', { cacheDir, offline: true })).rejects.toThrow(/no \.gguf file whose name contains Q6_K.*offline/)
+})
+
+test('a download cut halfway resumes with a Range request and lands checked', async () => {
+  const cacheDir = tmp()
+  cutNext = true
+  const mark = seen.length
+  const file = await resolveModel('hf:me/tiny:Q6_K', { cacheDir })
+  expect(fs.readFileSync(file).equals(REPOS['me/tiny'].files['tiny-Q6_K.gguf'].data)).toBe(true)
+  const gets = seen.slice(mark).filter((s) => s.path.endsWith('tiny-Q6_K.gguf'))
+  expect(gets.length).toBe(2)
+  expect(gets[1].range).toBe('bytes=100000-')
+  expect(fs.readdirSync(path.join(cacheDir, 'models--me--tiny', 'blobs')).some((f) => f.endsWith('.incomplete'))).toBe(false)
+})
+
+test('a split GGUF: every part, the first returned; a file by path', async () => {
+  const cacheDir = tmp()
+  const first = await resolveModel('hf:me/tiny:Q8_0', { cacheDir })
+  expect(path.basename(first)).toBe('tiny-Q8_0-00001-of-00003.gguf')
+  for (const k of [1, 2, 3]) {
+    const p = path.join(path.dirname(first), `tiny-Q8_0-0000${k}-of-00003.gguf`)
+    expect(fs.readFileSync(p).equals(REPOS['me/tiny'].files[`Q8_0/tiny-Q8_0-0000${k}-of-00003.gguf`].data)).toBe(true)
+  }
+  const one = await resolveModel('hf:me/tiny/tiny-Q6_K.gguf', { cacheDir })
+  expect(path.basename(one)).toBe('tiny-Q6_K.gguf')
+})
+
+test('a sha256 mismatch is refused naming both digests and leaves nothing loadable', async () => {
+  const cacheDir = tmp()
+  const f = REPOS['me/liar'].files['liar-Q4_K_M.gguf']
+  const err = await resolveModel('hf:me/liar:Q4_K_M', { cacheDir }).catch((e) => e)
+  expect(err).toMatchObject({ code: 'MODEL_LOAD_FAILED', expected: f.oid, actual: sha(f.data) })
+  expect(err.message).toContain(f.oid)
+  expect(err.message).toContain(sha(f.data))
+  const blobs = path.join(cacheDir, 'models--me--liar', 'blobs')
+  expect(fs.existsSync(blobs) ? fs.readdirSync(blobs) : []).toEqual([])
+  expect(fs.existsSync(path.join(cacheDir, 'models--me--liar', 'snapshots'))).toBe(false)
+})
+
+test('404 and 401 say which repository and why; HF_TOKEN opens a private one', async () => {
+  const cacheDir = tmp()
+  await expect(resolveModel('hf:me/nothing:Q4_K_M', { cacheDir })).rejects.toThrow(/me\/nothing: no such repository .*404/)
+  await expect(resolveModel('hf:me/secret:Q4_K_M', { cacheDir })).rejects.toThrow(/me\/secret: the Hub refused access \(HTTP 401\): it is private or gated; set HF_TOKEN/)
+  process.env.HF_TOKEN = 'hf_wrong'
+  await expect(resolveModel('hf:me/secret:Q4_K_M', { cacheDir })).rejects.toThrow(/HF_TOKEN does not grant access/)
+  process.env.HF_TOKEN = 'hf_good'
+  try {
+    const file = await resolveModel('hf:me/secret:Q4_K_M', { cacheDir })
+    expect(fs.readFileSync(file).equals(REPOS['me/secret'].files['secret-Q4_K_M.gguf'].data)).toBe(true)
+  } finally {
+    delete process.env.HF_TOKEN
+  }
+  await expect(resolveModel('hf:me/tiny:IQ2_XXS', { cacheDir })).rejects.toThrow(/no \.gguf file whose name contains IQ2_XXS \(it has Q4_K_M, Q6_K, Q8_0\)/)
+})
+
+test('with no network the cache answers; an AbortSignal stops a download', async () => {
+  const cacheDir = tmp()
+  const file = await resolveModel('hf:me/tiny:Q4_K_M', { cacheDir })
+  process.env.HF_ENDPOINT = 'http://127.0.0.1:9' // nothing listens there
+  try {
+    expect(await resolveModel('hf:me/tiny:Q4_K_M', { cacheDir })).toBe(file)
+    await expect(resolveModel('hf:me/tiny:Q6_K', { cacheDir })).rejects.toThrow(/the Hub is unreachable/)
+  } finally {
+    process.env.HF_ENDPOINT = base
+  }
+  const ac = new AbortController()
+  ac.abort(new Error('user'))
+  await expect(resolveModel('hf:me/tiny:Q6_K', { cacheDir: tmp(), signal: ac.signal })).rejects.toMatchObject({ name: 'AbortError', code: 'MODEL_LOAD_FAILED' })
+})
+
+test('https URLs download into the cache once', async () => {
+  const cacheDir = tmp()
+  const url = `${base}/me/tiny/resolve/main/tiny-Q6_K.gguf`
+  const file = await resolveModel(url, { cacheDir })
+  expect(fs.readFileSync(file).equals(REPOS['me/tiny'].files['tiny-Q6_K.gguf'].data)).toBe(true)
+  expect(await resolveModel(url, { cacheDir, offline: true })).toBe(file)
+})
+
+test('LlamaEngine.load fetches an hf: model first; onProgress covers the download, then the load', async () => {
+  const { LlamaEngine, TARGET } = require('./helpers')
+  const data = fs.readFileSync(TARGET)
+  REPOS['me/smol'] = { files: { 'smol-Q4_1.gguf': { data } } }
+  const cacheDir = tmp()
+  process.env.HF_HUB_CACHE = cacheDir
+  const seenProgress = []
+  try {
+    const engine = await LlamaEngine.load({ modelPath: 'hf:me/smol:Q4_1', contextSize: 512, onProgress: (f) => seenProgress.push(f) })
+    try {
+      const file = path.join(cacheDir, 'models--me--smol', 'snapshots', 'a'.repeat(40), 'smol-Q4_1.gguf')
+      expect(engine.status().model).toBe('smol-Q4_1.gguf')
+      expect(fs.realpathSync(file)).toBe(path.join(fs.realpathSync(cacheDir), 'models--me--smol', 'blobs', sha(data)))
+      const r = await engine.complete({ prompt: 'The capital of France is', n_predict: 4, temperature: 0 })
+      expect(r.tokens_predicted).toBe(4)
+    } finally {
+      await engine.dispose()
+    }
+    // Monotonic, the download in the first half, ending at 1.
+    expect(seenProgress.every((f, i) => i === 0 || f >= seenProgress[i - 1])).toBe(true)
+    expect(seenProgress.some((f) => f > 0 && f <= 0.5)).toBe(true)
+    expect(seenProgress.at(-1)).toBe(1)
+    // Offline afterwards: no request to the Hub.
+    const requests = seen.length
+    const again = await LlamaEngine.load({ modelPath: 'hf:me/smol:Q4_1', contextSize: 512, offline: true })
+    await again.dispose()
+    expect(seen.length).toBe(requests)
+  } finally {
+    delete process.env.HF_HUB_CACHE
+  }
+}, 120_000)
+
+test('llama-engine pull URI: a line per 10 % off a TTY, the path on stdout; errors name the repository', async () => {
+  const { execFile } = require('node:child_process')
+  const cli = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
+  const cacheDir = tmp()
+  const run = (args) =>
+    new Promise((resolve) => {
+      execFile(process.execPath, [cli, 'pull', ...args], { env: { ...process.env, HF_ENDPOINT: base } }, (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stdout, stderr }))
+    })
+  const ok = await run(['hf:me/tiny:Q6_K', '--cache-dir', cacheDir])
+  expect(ok.code).toBe(0)
+  expect(ok.stdout).toBe(`${path.join(cacheDir, 'models--me--tiny', 'snapshots', 'a'.repeat(40), 'tiny-Q6_K.gguf')}\n`)
+  const lines = ok.stderr.trim().split('\n')
+  for (const l of lines) expect(l).toMatch(/^tiny-Q6_K\.gguf: \d+0?% \(\d+\.\d of 0\.2 MB\)$/)
+  const pcts = lines.map((l) => Number(/(\d+)%/.exec(l)[1]))
+  expect(pcts.every((p, i) => p % 10 === 0 && (i === 0 || p > pcts[i - 1]))).toBe(true)
+  expect(lines.at(-1)).toBe('tiny-Q6_K.gguf: 100% (0.2 of 0.2 MB)')
+  const missing = await run(['hf:me/nothing:Q4_K_M', '--cache-dir', cacheDir])
+  expect(missing.code).toBe(1)
+  expect(missing.stderr).toMatch(/^error MODEL_LOAD_FAILED: me\/nothing: no such repository/)
+  expect((await run([])).code).toBe(2)
+})
