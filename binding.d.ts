@@ -127,6 +127,13 @@ export declare function probeGpu(path: string): { ok: boolean, devices?: Record<
 export declare function quantizeModel(input: string, output: string, ftype: string): Promise<void>
 
 /**
+ * Describes the GGUF at `optionsJson`'s `modelPath` (a model or a LoRA
+ * adapter) and the memory a context of its `contextSize` and `parallel`
+ * would take, without loading the weights; resolves with JSON.
+ */
+export declare function inspectModel(optionsJson: string): Promise<string>
+
+/**
  * Every request field: name, TypeScript type, kind, range, default and a
  * line of documentation (the one list the parser checks against).
  */

@@ -101,6 +101,15 @@ export interface EngineOptions {
    */
   pooling?: 'mean' | 'cls' | 'last'
   /**
+   * LoRA adapters (GGUF, llama.cpp's adapter format; paths or model URIs as
+   * `modelPath`), applied at `scale` (default 1) to requests without their
+   * own `lora`; their ids are their places in this list. An adapter for
+   * another base model is refused (`MODEL_LOAD_FAILED`, with the reason).
+   * Requests with different adapters or scales decode in one batch, each
+   * as it would alone; scale 0 is the base model bit for bit.
+   */
+  loras?: Array<{ path: string; scale?: number }>
+  /**
    * Where the engine runs. `'none'` (default): in this process. `'process'`:
    * in a child process (Electron's utilityProcess in an Electron main
    * process, else `child_process.fork`) behind the same API; if it dies (an
@@ -291,6 +300,12 @@ export interface CompletionRequest {
    * Default -1: no limit; 0: the thinking is closed at once.
    */
   reasoning_budget?: number
+  /**
+   * LoRA adapters for this request (llama.cpp's server field): `id` their
+   * place in `EngineOptions.loras`, `scale` (default 1) within ±100;
+   * adapters not listed are off. Absent: the load scales.
+   */
+  lora?: Array<{ id: number; scale?: number }>
   /** Default true. */
   cache_prompt?: boolean
   speculative?: SpeculativeOptions
@@ -464,6 +479,29 @@ export interface EngineStatus {
   /** Measured cost (ms) of one draft-model step. */
   draftStepMs?: number | null
   ngramCache?: { dynamicEntries: number; staticEntries: number; errors: string[] }
+  /**
+   * Each slot: whether a request decodes in it (its id), its prompt's
+   * tokens, the tokens generated so far and the tokens its KV cache holds
+   * (the server's `GET /slots`).
+   */
+  slots?: Array<{
+    id: number
+    busy: boolean
+    requestId: number | null
+    contextSize: number
+    promptTokens: number
+    predicted: number
+    cachedTokens: number
+  }>
+  /** The LoRA adapters loaded (`EngineOptions.loras`): ids, paths and load scales. */
+  loras?: Array<{ id: number; path: string; scale: number }>
+  /** The model file as loaded. */
+  modelPath?: string
+  /** The chat template `messages` are rendered with (the `chatTemplate` option, else the GGUF's); null without one. */
+  chatTemplate?: string | null
+  /** The text of the BOS and EOS tokens. */
+  bosToken?: string
+  eosToken?: string
   /** How the model writes tool calls (detected or `toolCallFormat`); null without a chat template. */
   toolCallFormat?:
     | 'hermes'
@@ -607,10 +645,83 @@ export declare function resolveModel(
   options?: { cacheDir?: string; offline?: boolean; signal?: AbortSignal; onProgress?: (p: ResolveProgress) => void },
 ): Promise<string>
 
+/** What `inspectModel` finds in a model file. */
+export interface ModelInspection {
+  kind: 'model'
+  path: string
+  fileBytes: number
+  architecture: string
+  name: string | null
+  /** Weights, counted. */
+  parameters: number
+  /** The file type llama.cpp wrote (`Q4_K_M`, …), else the type most of the weights have. */
+  quantization: string | null
+  fileType: number | null
+  tensorTypes: Array<{ type: string; tensors: number; bytes: number }>
+  /** The context it was trained for. */
+  contextLength: number
+  layers: number | null
+  embeddingLength: number | null
+  heads: number | null
+  kvHeads: number | null
+  slidingWindow: number | null
+  experts: number | null
+  vocabSize: number
+  /** Whether it has a usable chat template, and why not when it has an unusable one. */
+  chatTemplate: boolean
+  chatTemplateError: string | null
+  /** The tool-call family detected from the template (as `status().toolCallFormat`). */
+  toolCallFormat: string | null
+  /**
+   * Bytes a context of `contextSize` tokens per slot and `parallel` slots
+   * takes, as llama.cpp sizes them for this build: weights, KV cache, compute
+   * buffers; against the memory available now. `{ error }` when llama.cpp
+   * would not make the context.
+   */
+  memory:
+    | { contextSize: number; parallel: number; weights: number; kvCache: number; compute: number; total: number; available: number; fits: boolean }
+    | { error: string }
+}
+
+/** What `inspectModel` finds in a LoRA adapter file. */
+export interface AdapterInspection {
+  kind: 'adapter'
+  path: string
+  fileBytes: number
+  architecture: string | null
+  name: string | null
+  adapterType: string | null
+  alpha: number | null
+  rank: number | null
+  tensors: number
+  parameters: number
+}
+
+/**
+ * What a GGUF file (a path or a model URI, resolved as `resolveModel` does)
+ * holds and, for a model, the memory a context of `contextSize` tokens
+ * (default 4096) per slot and `parallel` slots (default 4) takes — without
+ * loading the weights (llama.cpp sizes every buffer without allocating it).
+ * A damaged file rejects with `MODEL_LOAD_FAILED`, as `load` would.
+ */
+export declare function inspectModel(
+  uri: string,
+  options?: {
+    contextSize?: number
+    parallel?: number
+    batchSize?: number
+    cacheDir?: string
+    offline?: boolean
+    signal?: AbortSignal
+    onProgress?: (p: ResolveProgress) => void
+  },
+): Promise<ModelInspection | AdapterInspection>
+
 declare const llamaEngine: {
   LlamaEngine: typeof LlamaEngine
   quantizeModel: typeof quantizeModel
   resolveModel: typeof resolveModel
+  inspectModel: typeof inspectModel
   errorCodes: typeof errorCodes
   requestFields: typeof requestFields
 }

@@ -9,7 +9,7 @@ const { setupGpu } = require('./gpu.js')
 const { resolveModel: resolveRemote, isRemoteModel } = require('./resolve-model.js')
 
 const native = loadNative()
-const { NativeEngine, NativeVocab, quantizeModel: nativeQuantize } = native.binding
+const { NativeEngine, NativeVocab, quantizeModel: nativeQuantize, inspectModel: nativeInspect } = native.binding
 // Loaded on first use: the child-process engine (`isolation: 'process'`).
 let isolation = null
 
@@ -158,6 +158,16 @@ class LlamaEngine {
             : undefined,
         })
       }
+    }
+    // Adapters may be named the same way.
+    if (Array.isArray(rest.loras)) {
+      rest.loras = await Promise.all(
+        rest.loras.map(async (l) =>
+          l && typeof l === 'object' && isRemoteModel(l.path)
+            ? { ...l, path: await resolveModel(l.path, { signal: options.signal, offline: options.offline }) }
+            : l,
+        ),
+      )
     }
     delete rest.signal
     delete rest.offline
@@ -576,4 +586,28 @@ async function resolveModel(uri, options) {
   }
 }
 
-module.exports = { LlamaEngine, quantizeModel, resolveModel, errorCodes, requestFields }
+/**
+ * What a GGUF file (a model or a LoRA adapter, by path or URI) holds, and
+ * for a model the memory a context of `contextSize` tokens per slot
+ * (`parallel` slots, the engine's defaults) takes — weights, KV cache and
+ * compute buffers as llama.cpp sizes them — against the memory available,
+ * without loading the weights.
+ */
+async function inspectModel(uri, options = {}) {
+  if (options === null || typeof options !== 'object') throw engineError('INVALID_REQUEST', 'options: expected an object')
+  const { contextSize, parallel, batchSize, signal, offline, cacheDir, onProgress } = options
+  const path = await resolveModel(uri, { signal, offline, cacheDir, onProgress })
+  let info
+  try {
+    info = JSON.parse(await nativeInspect(JSON.stringify({ modelPath: path, contextSize, parallel, batchSize })))
+  } catch (e) {
+    throw coded(e)
+  }
+  if (info.memory && typeof info.memory.total === 'number') {
+    info.memory.available = require('node:os').freemem()
+    info.memory.fits = info.memory.total <= info.memory.available
+  }
+  return info
+}
+
+module.exports = { LlamaEngine, quantizeModel, resolveModel, inspectModel, errorCodes, requestFields }

@@ -18,6 +18,7 @@ const ROUTES = [
   '/v1/embeddings',
   '/tokenize',
   '/detokenize',
+  '/lora-adapters',
 ]
 
 /** Bodies every route gets: broken, wrong or huge, as raw bytes. */

@@ -27,9 +27,9 @@ const DEFAULT_MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 // Request fields become flags of the same name, from the engine's own list
 // of them (name, kind, default, doc): --top_k N, --ignore_eos, --stop STR;
 // the speculative ones as --n-max N (and --spec MODE for the mode). Those
-// the CLI sets itself (the prompt, chat messages) are left out.
+// the CLI sets itself (the prompt, chat messages; lora: --lora loads adapters) are left out.
 const { requestFields } = createRequire(import.meta.url)('../index.js')
-const OWN = new Set(['prompt', 'messages', 'speculative'])
+const OWN = new Set(['prompt', 'messages', 'speculative', 'lora'])
 const REQUEST_FLAGS = requestFields.filter((f) => !OWN.has(f.name))
 const SPECULATIVE_FLAGS = requestFields.find((f) => f.name === 'speculative').fields.map((f) => ({
   ...f,
@@ -47,6 +47,7 @@ function fieldOption(flag, field) {
 const OPTIONS = {
   model: { type: 'string', short: 'm' },
   draft: { type: 'string' },
+  lora: { type: 'string', multiple: true },
   ...Object.fromEntries(SPECULATIVE_FLAGS.map((f) => fieldOption(f.flag, f))),
   ...Object.fromEntries(REQUEST_FLAGS.map((f) => fieldOption(f.name, f))),
   'ctx-size': { type: 'string', short: 'c' },
@@ -82,11 +83,15 @@ export const USAGE = `Usage: llama-engine [options] [--prompt TEXT]   (the promp
        llama-engine pull URI [--offline] [--cache-dir DIR]
                                                 fetch a model into the cache and print its path
                                                 (URI: hf:OWNER/REPO:QUANT, hf:OWNER/REPO/FILE.gguf, https://…)
+       llama-engine inspect PATH|URI [--json] [--ctx N] [--parallel N] [--offline]
+                                                what a GGUF holds, and the memory a context of N
+                                                tokens takes (without loading the weights)
 
 Models:
   -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
                             or $LLAMA_ENGINE_MODELS_DIR/${DEFAULT_MODEL})
       --draft PATH          draft model for speculative decoding (same vocabulary)
+      --lora PATH[:SCALE]   a LoRA adapter (GGUF) applied at SCALE (default 1); repeats
   -c, --ctx-size N          context size (default 4096, capped at the model's)
   -t, --threads N           threads (default: available parallelism)
 
@@ -193,6 +198,15 @@ function joinNegativeNumbers(argv) {
   return out
 }
 
+/** `--lora PATH[:SCALE]` (the scale after the last colon, when it is a number). */
+function loraOption(spec, where) {
+  const m = /^(.*):(-?\d+(?:\.\d*)?|-?\.\d+)$/.exec(spec)
+  const path = m && m[1] !== '' ? m[1] : spec
+  const scale = m && m[1] !== '' ? Number(m[2]) : undefined
+  if (path === '') throw new UsageError('--lora: expected PATH[:SCALE]')
+  return scale === undefined ? { path: where(path) } : { path: where(path), scale }
+}
+
 /** The engine's load options from the model flags both commands share. */
 function loadOptions(v, env) {
   const modelsDir = env.LLAMA_ENGINE_MODELS_DIR || join(ROOT, 'models')
@@ -200,6 +214,7 @@ function loadOptions(v, env) {
   const where = (m) => (/^(hf:|https?:\/\/)/i.test(m) ? m : resolve(m))
   const load = { modelPath: v.model !== undefined ? where(v.model) : join(modelsDir, DEFAULT_MODEL) }
   if (v.draft !== undefined) load.draftModelPath = where(v.draft)
+  if (v.lora !== undefined) load.loras = v.lora.map((spec) => loraOption(spec, where))
   if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
   if (v.parallel !== undefined) load.parallel = number('parallel', v.parallel, 'int')
@@ -333,6 +348,7 @@ const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 }
 
 // `llama-engine serve`: the model flags of the main command, and the server's own.
 const SERVE_OPTIONS = {
+  lora: { type: 'string', multiple: true },
   model: OPTIONS.model,
   draft: OPTIONS.draft,
   'ctx-size': OPTIONS['ctx-size'],
@@ -363,6 +379,8 @@ Model:
   -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
                             or $LLAMA_ENGINE_MODELS_DIR/${DEFAULT_MODEL})
       --draft PATH          draft model for speculative decoding
+      --lora PATH[:SCALE]   a LoRA adapter (GGUF) at SCALE (default 1); repeats; ids in
+                            this order (request field lora, GET/POST /lora-adapters)
   -c, --ctx-size N          context size per slot (default 4096)
   -t, --threads N           threads (default: available parallelism)
       --parallel N          requests decoded together (default 4)
@@ -542,9 +560,105 @@ async function pull(argv) {
   }
 }
 
+const bytes = (n) => {
+  if (typeof n !== 'number') return '?'
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB']
+  let i = 0
+  while (n >= 1024 && i < units.length - 1) (n /= 1024), i++
+  return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`
+}
+
+/** The lines `llama-engine inspect` prints for a description from inspectModel. */
+export function describeInspection(info) {
+  const row = (k, v) => `${`${k}:`.padEnd(18)}${v}`
+  const lines = [row('file', `${info.path} (${bytes(info.fileBytes)})`)]
+  if (info.kind === 'adapter') {
+    lines.push(row('kind', `LoRA adapter (${info.adapterType}) for ${info.architecture}`))
+    lines.push(row('rank / alpha', `${info.rank} / ${info.alpha}`))
+    lines.push(row('tensors', `${info.tensors} (${info.parameters.toLocaleString('en-US')} parameters)`))
+    return lines
+  }
+  const params = info.parameters >= 1e9 ? `${(info.parameters / 1e9).toFixed(2)} B` : `${(info.parameters / 1e6).toFixed(1)} M`
+  lines.push(row('architecture', `${info.architecture}${info.name ? ` (${info.name})` : ''}`))
+  lines.push(row('parameters', params))
+  lines.push(row('quantization', `${info.quantization ?? '?'}; tensors: ${info.tensorTypes.map((t) => `${t.type} ×${t.tensors}`).join(', ')}`))
+  lines.push(row('context length', `${info.contextLength} (trained)`))
+  const shape = [`${info.layers} layers`, `embedding ${info.embeddingLength}`]
+  if (info.heads != null) shape.push(`${info.heads} heads (${info.kvHeads ?? info.heads} KV)`)
+  if (info.slidingWindow) shape.push(`sliding window ${info.slidingWindow}`)
+  if (info.experts) shape.push(`${info.experts} experts`)
+  lines.push(row('layers', shape.join(', ')))
+  lines.push(row('vocabulary', `${info.vocabSize} tokens`))
+  lines.push(
+    row('chat template', info.chatTemplate ? `yes; tool calls: ${info.toolCallFormat}` : info.chatTemplateError ? `unusable (${info.chatTemplateError})` : 'none'),
+  )
+  const m = info.memory
+  if (m && m.error) lines.push(row('memory', `not computed (${m.error})`))
+  else if (m) {
+    lines.push(
+      row(
+        'memory',
+        `${bytes(m.total)} for ${m.contextSize} tokens × ${m.parallel} slots: weights ${bytes(m.weights)}, KV cache ${bytes(m.kvCache)}, compute ${bytes(m.compute)}`,
+      ),
+    )
+    lines.push(row('available', `${bytes(m.available)}: ${m.fits ? 'fits' : 'does NOT fit'}`))
+  }
+  return lines
+}
+
+// `llama-engine inspect PATH|URI`: what a GGUF is and what it needs.
+async function inspect(argv) {
+  const { stdout, stderr } = process
+  let parsed
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        json: { type: 'boolean' },
+        ctx: { type: 'string' },
+        parallel: { type: 'string' },
+        offline: { type: 'boolean' },
+        'cache-dir': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    })
+  } catch (e) {
+    stderr.write(`llama-engine inspect: ${e.message}
+
+${USAGE}`)
+    return 2
+  }
+  const { values: v, positionals } = parsed
+  if (v.help) {
+    stdout.write(USAGE)
+    return 0
+  }
+  if (positionals.length !== 1) {
+    stderr.write(`llama-engine inspect: expected one PATH or URI
+
+${USAGE}`)
+    return 2
+  }
+  const { inspectModel } = await import('../index.mjs')
+  try {
+    const options = { offline: Boolean(v.offline), cacheDir: v['cache-dir'] }
+    if (v.ctx !== undefined) options.contextSize = number('ctx', v.ctx, 'int')
+    if (v.parallel !== undefined) options.parallel = number('parallel', v.parallel, 'int')
+    const where = /^(hf:|https?:\/\/)/i.test(positionals[0]) ? positionals[0] : resolve(positionals[0])
+    const info = await inspectModel(where, options)
+    stdout.write(v.json ? `${JSON.stringify(info, null, 2)}\n` : `${describeInspection(info).join('\n')}\n`)
+    return 0
+  } catch (e) {
+    stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+    return e instanceof UsageError ? 2 : 1
+  }
+}
+
 export async function main(argv = process.argv.slice(2)) {
   if (argv[0] === 'serve') return serve(argv.slice(1))
   if (argv[0] === 'pull') return pull(argv.slice(1))
+  if (argv[0] === 'inspect') return inspect(argv.slice(1))
   const { stdout, stderr } = process
   let cli
   try {

@@ -9,6 +9,7 @@ import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loraAdapter, ggufBytes, writeGguf, seedOf } from './gguf-write.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
@@ -157,6 +158,44 @@ async function quantize(from, name, ftype) {
   }
 }
 
+// Test LoRA adapters (llama.cpp's adapter format, written by gguf-write.mjs):
+// rank 8, alpha 16, F32 pairs for every layer's attn_q and attn_v, values
+// ~N(0, 0.05) from a seed of the file's name, so the same bytes every run.
+// The shapes are the base model's, read from its tensor infos. The gemma-3
+// one is for refusing an adapter made for another base model.
+const { readGgufHeader } = createRequire(import.meta.url)('./gguf-read.cjs');
+const LORA_WEIGHTS = ['attn_q', 'attn_v'];
+const loraBytes = new Map();
+function adapterBytes(name, base) {
+  if (!loraBytes.has(name)) {
+    loraBytes.set(name, (async () => {
+      const input = path.join(MODELS, base);
+      if (!size(input)) throw new Error(`base model ${base} is missing`);
+      const { kv, tensors } = await readGgufHeader(input, { tensors: true, keep: (k) => k.startsWith('general.') || k.endsWith('.block_count') });
+      const architecture = kv['general.architecture'];
+      const layers = kv[`${architecture}.block_count`];
+      if (typeof architecture !== 'string' || !Number.isInteger(layers)) throw new Error(`${base}: no general.architecture or block_count`);
+      const infos = new Map(tensors.map((t) => [t.name, t]));
+      const targets = [];
+      for (let i = 0; i < layers; i++) {
+        for (const w of LORA_WEIGHTS) {
+          const t = infos.get(`blk.${i}.${w}.weight`);
+          if (!t || t.ne.length !== 2) throw new Error(`${base}: no 2-D tensor blk.${i}.${w}.weight`);
+          targets.push({ name: t.name, nIn: t.ne[0], nOut: t.ne[1] });
+        }
+      }
+      return ggufBytes(loraAdapter({ architecture, name: `${path.basename(base, '.gguf')} lora-test`, targets, rank: 8, alpha: 16, std: 0.05, seed: seedOf(name) }));
+    })());
+  }
+  return loraBytes.get(name);
+}
+const lora = (name, base) => ({
+  name,
+  cached: async () => size(path.join(MODELS, name)) > 0 && size(path.join(MODELS, name)) === (await adapterBytes(name, base).catch(() => null))?.length,
+  make: async () => writeGguf(path.join(MODELS, name), await adapterBytes(name, base)),
+  verb: 'made',
+});
+
 // Other quantization types of the two models, made with llama.cpp's own
 // quantizer (requantizing where the source is quantized): the draft models
 // and the quant types the exactness tests cover. Named `<model>.<TYPE>.gguf`.
@@ -173,13 +212,15 @@ const TASKS = [
   // The target of the draft pair that pays on a CPU (bench section `pair`):
   // the same weights at full precision, drafted for by the Q4_1 file.
   made('SmolLM2-135M-Instruct.F16.gguf', 'SmolLM2-135M-Instruct', 'F32'),
+  lora('SmolLM2-135M-Instruct.lora-test.gguf', SMOL),
+  lora('gemma-3-270m.lora-test.gguf', GEMMA),
 ];
 
 fs.mkdirSync(PIP_CACHE, { recursive: true });
 let failed = 0, changed = 0;
 for (const t of TASKS) {
   const file = path.join(MODELS, t.name);
-  if (t.cached ? t.cached() : size(file) > 0) {
+  if (t.cached ? await t.cached() : size(file) > 0) {
     console.log(`${t.name}: ok (cached) ${mb(size(file))}`);
     continue;
   }

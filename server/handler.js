@@ -6,7 +6,7 @@
 
 const { performance } = require('node:perf_hooks')
 const { ApiError, toApiError, openaiErrorBody, anthropicErrorBody } = require('./errors.js')
-const { readJson, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
+const { readJson, readJsonValue, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
 const { AdmissionQueue } = require('./queue.js')
 const { Metrics } = require('./metrics.js')
 const chat = require('./openai-chat.js')
@@ -94,6 +94,29 @@ function createCore(engineOrPromise, options) {
 
   const modelName = () => opts.modelName ?? engine?.status().model ?? 'unknown'
 
+  // The LoRA scales of POST /lora-adapters (id -> scale, every adapter),
+  // given to each generation without its own `lora`; null until then (the
+  // engine's load scales apply).
+  let loraScales = null
+  const server = {
+    /** The engine's LoRA adapters, `[{ id, path, scale }]`, with the scales POST /lora-adapters set. */
+    loras() {
+      const loras = engine.status().loras
+      if (!Array.isArray(loras)) return []
+      return loras.map(({ id, path, scale }) => ({ id, path, scale: loraScales?.has(id) ? loraScales.get(id) : scale }))
+    },
+    /** Sets the scales requests without `lora` get (a Map id -> scale naming every adapter). */
+    setLoraScales(scales) {
+      loraScales = scales
+    },
+  }
+
+  /** The request as the engine gets it: the scales of POST /lora-adapters when it names none. */
+  function withLoraDefaults(request) {
+    if (!loraScales || loraScales.size === 0 || request === null || typeof request !== 'object' || request.lora != null) return request
+    return { ...request, lora: [...loraScales].map(([id, scale]) => ({ id, scale })) }
+  }
+
   /** Runs one engine request through the queue, with the client's signal, measured. */
   async function generate(exchange, t0, request, onEvent) {
     const release = await queue.acquire(exchange.signal)
@@ -101,7 +124,7 @@ function createCore(engineOrPromise, options) {
     const signal = anySignal([exchange.signal, ac.signal])
     let last = null
     const promise = engine.complete(
-      request,
+      withLoraDefaults(request),
       (event) => {
         const n = event.type === 'token' ? event.tokens.length : 0
         if (n > 0) {
@@ -166,7 +189,11 @@ function createCore(engineOrPromise, options) {
       paramOf: undefined,
       onStreamError: null,
       modelName,
+      server,
+      query: exchange.query ?? new URLSearchParams(),
       body: () => readJson(exchange),
+      /** The body as JSON, whatever its value (POST /lora-adapters takes an array). */
+      bodyValue: () => readJsonValue(exchange),
       json(status, body, headers = {}) {
         exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors, ...headers }, JSON.stringify(body))
       },

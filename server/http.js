@@ -10,6 +10,7 @@ const { ApiError } = require('./errors.js')
  * What an endpoint sees of a request and how it answers, whatever carried it:
  *
  *   method, path            the path without the query string
+ *   query                   the query string's parameters (URLSearchParams)
  *   header(name)            a request header (lower-case name), or undefined
  *   signal                  aborts when the client goes away
  *   readBody()              the body as a Buffer (size limit, deadline)
@@ -75,6 +76,9 @@ function nodeExchange(req, res, limits) {
   return {
     method: req.method,
     path: q < 0 ? url : url.slice(0, q),
+    get query() {
+      return new URLSearchParams(q < 0 ? '' : url.slice(q + 1))
+    },
     header(name) {
       const v = req.headers[name]
       return Array.isArray(v) ? v.join(', ') : v
@@ -159,6 +163,7 @@ function fetchExchange(request, limits) {
   const exchange = {
     method: request.method,
     path: url.pathname,
+    query: url.searchParams,
     header: (name) => request.headers.get(name) ?? undefined,
     signal: ac.signal,
     readBody: () => readFetchBody(request, limits),
@@ -201,21 +206,20 @@ function fetchExchange(request, limits) {
   return { exchange, response }
 }
 
-/** The body parsed as a JSON object. */
-async function readJson(exchange) {
+/** The body parsed as JSON, whatever its value. */
+async function readJsonValue(exchange) {
   const body = await exchange.readBody()
-  if (body && body.parsed !== undefined) {
-    if (body.parsed === null || typeof body.parsed !== 'object' || Array.isArray(body.parsed)) {
-      throw new ApiError(400, 'body: expected a JSON object')
-    }
-    return body.parsed
-  }
-  let value
+  if (body && body.parsed !== undefined) return body.parsed
   try {
-    value = JSON.parse(body.toString('utf8'))
+    return JSON.parse(body.toString('utf8'))
   } catch (e) {
     throw new ApiError(400, `body: invalid JSON (${e.message})`)
   }
+}
+
+/** The body parsed as a JSON object. */
+async function readJson(exchange) {
+  const value = await readJsonValue(exchange)
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new ApiError(400, 'body: expected a JSON object')
   return value
 }
@@ -268,4 +272,4 @@ function preflightHeaders(cors, exchange) {
   }
 }
 
-module.exports = { nodeExchange, fetchExchange, readJson, authorized, digest, corsHeaders, preflightHeaders }
+module.exports = { nodeExchange, fetchExchange, readJson, readJsonValue, authorized, digest, corsHeaders, preflightHeaders }

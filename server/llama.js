@@ -1,8 +1,136 @@
 'use strict'
 // llama.cpp's server endpoints: POST /completion (the engine's own request
-// fields and result), /tokenize, /detokenize.
+// fields and result), /tokenize, /detokenize; GET /props, GET /slots and
+// GET|POST /lora-adapters in llama.cpp's shapes.
 
-const { invalid } = require('./errors.js')
+const { requestFields } = require('../index.js')
+const { ApiError, invalid } = require('./errors.js')
+
+const PACKAGE_VERSION = require('../package.json').version
+// The llama.cpp the addon is built from: the llama-cpp-sys-2 crate's version.
+let llamaCppVersion
+function buildInfo() {
+  if (llamaCppVersion === undefined) {
+    try {
+      const cargo = require('node:fs').readFileSync(require('node:path').join(__dirname, '..', 'Cargo.toml'), 'utf8')
+      llamaCppVersion = /^llama-cpp-sys-2\s*=\s*"=?([^"]+)"/m.exec(cargo)?.[1] ?? null
+    } catch {
+      llamaCppVersion = null
+    }
+  }
+  return `llama-engine ${PACKAGE_VERSION}${llamaCppVersion ? ` (llama.cpp of llama-cpp-sys-2 ${llamaCppVersion})` : ''}`
+}
+
+// The engine's default sampling and generation settings, from its own list
+// of request fields (the defaults a request without them gets), shaped as
+// the `generation_settings` of its results.
+const NOT_SETTINGS = new Set(['prompt', 'messages', 'tools', 'json_schema', 'response_format', 'chat_template_kwargs', 'reasoning_effort', 'lora'])
+let defaults
+function defaultSettings() {
+  if (!defaults) {
+    defaults = {}
+    for (const f of requestFields) {
+      if (NOT_SETTINGS.has(f.name)) continue
+      if (Array.isArray(f.fields)) {
+        const sub = {}
+        for (const g of f.fields) if (g.default !== undefined) sub[g.name] = g.default
+        if (Object.keys(sub).length) defaults[f.name] = sub
+      } else if (f.default !== undefined) defaults[f.name] = f.default
+      else if (f.name === 'grammar') defaults.grammar = ''
+    }
+  }
+  return defaults
+}
+
+/** The settings a request without its own gets: the engine's defaults, and the server's LoRA scales. */
+function params(ctx) {
+  return { ...defaultSettings(), lora: ctx.server.loras().map(({ id, scale }) => ({ id, scale })) }
+}
+
+function props(ctx) {
+  const st = ctx.engine.status()
+  ctx.json(200, {
+    default_generation_settings: { n_ctx: st.contextSize, params: params(ctx) },
+    total_slots: st.parallel ?? 1,
+    model_alias: ctx.modelName(),
+    model_path: st.modelPath ?? st.model,
+    // The template `messages` are rendered with (the chatTemplate option, else the GGUF's).
+    chat_template: st.chatTemplate ?? '',
+    bos_token: st.bosToken ?? '',
+    eos_token: st.eosToken ?? '',
+    build_info: buildInfo(),
+    modalities: { vision: false, audio: false },
+    endpoint_slots: true,
+    endpoint_props: false,
+    endpoint_metrics: true,
+    is_sleeping: false,
+  })
+}
+
+/**
+ * One entry per slot, as llama.cpp's server lists them. The engine's
+ * `status().slots` says what each decodes; an engine without it gives the
+ * count of busy slots only (`active`). The prompt's text is never shown.
+ */
+function slots(ctx) {
+  const st = ctx.engine.status()
+  const n = st.parallel ?? 1
+  const list = Array.isArray(st.slots)
+    ? st.slots
+    : Array.from({ length: n }, (_, id) => ({ id, busy: id < (st.active ?? 0), contextSize: st.contextSize, promptTokens: 0, predicted: 0, cachedTokens: 0 }))
+  const settings = params(ctx)
+  const speculative = st.draftModel != null
+  const answer = list.map((s) => {
+    const prompt = s.promptTokens ?? 0
+    const cached = s.cachedTokens ?? 0
+    return {
+      id: s.id,
+      id_task: s.requestId ?? -1,
+      n_ctx: s.contextSize ?? st.contextSize,
+      speculative,
+      is_processing: s.busy === true,
+      n_prompt_tokens: prompt,
+      n_prompt_tokens_processed: Math.max(0, prompt - cached),
+      n_prompt_tokens_cache: cached,
+      params: settings,
+      next_token: [{ has_next_token: s.busy === true, has_new_line: false, n_remain: -1, n_decoded: s.predicted ?? 0 }],
+    }
+  })
+  if (ctx.query.get('fail_on_no_slot') === '1' && answer.every((s) => s.is_processing)) {
+    throw new ApiError(503, 'no slot available', { code: 'UNAVAILABLE', type: 'unavailable_error' })
+  }
+  ctx.json(200, answer)
+}
+
+function loraAdapters(ctx) {
+  ctx.json(200, ctx.server.loras())
+}
+
+// The engine's bound on a LoRA scale (a request's `lora` beyond it is refused).
+const MAX_LORA_SCALE = 100
+
+/**
+ * POST /lora-adapters `[{ id, scale }]`: the scales of requests that name
+ * none (adapters not listed: 0), as llama.cpp's server sets them.
+ */
+async function setLoraAdapters(ctx) {
+  const body = await ctx.bodyValue()
+  if (!Array.isArray(body)) throw new ApiError(400, 'body: expected an array of { id, scale }')
+  const adapters = ctx.server.loras()
+  const scales = new Map(adapters.map(({ id }) => [id, 0]))
+  const ids = adapters.length ? `ids: ${adapters.map(({ id }) => id).join(', ')}` : 'none is loaded'
+  body.forEach((entry, i) => {
+    if (entry === null || typeof entry !== 'object' || Array.isArray(entry)) throw invalid(`[${i}]`, 'expected an object { id, scale }')
+    if (!Number.isInteger(entry.id) || !scales.has(entry.id)) throw invalid(`[${i}].id`, `no LoRA adapter has id ${JSON.stringify(entry.id)} (${ids})`)
+    if (typeof entry.scale !== 'number' || !Number.isFinite(entry.scale) || Math.abs(entry.scale) > MAX_LORA_SCALE) {
+      const got = typeof entry.scale === 'number' ? String(entry.scale) : JSON.stringify(entry.scale) ?? 'nothing'
+      throw invalid(`[${i}].scale`, `expected a finite number within ±${MAX_LORA_SCALE}, got ${got}`)
+    }
+    scales.set(entry.id, entry.scale)
+  })
+  ctx.server.setLoraScales(scales)
+  ctx.json(200, { success: true })
+}
 
 // llama.cpp's legacy per-token probabilities, from the event's tokens.
 function probabilities(tokens) {
@@ -53,5 +181,9 @@ module.exports = {
     'POST /completions': completion,
     'POST /tokenize': tokenize,
     'POST /detokenize': detokenize,
+    'GET /props': props,
+    'GET /slots': slots,
+    'GET /lora-adapters': loraAdapters,
+    'POST /lora-adapters': setLoraAdapters,
   },
 }

@@ -368,6 +368,10 @@ impl NativeEngine {
             "cpuBackend": crate::engine::ggml_setup::cpu_backend(),
             "gpu": gpu_status(info),
             "toolCallFormat": self.engine.vocab().chat_family(),
+            "modelPath": info.path,
+            "chatTemplate": self.engine.vocab().chat_source(),
+            "bosToken": self.engine.vocab().bos,
+            "eosToken": self.engine.vocab().eos,
             "tokensCached": st.tokens_cached,
             "promptCache": {
                 "entries": st.prompt_cache.entries,
@@ -377,6 +381,16 @@ impl NativeEngine {
             },
             "batchCostMs": st.batch_cost_ms,
             "draftStepMs": st.draft_step_ms,
+            "slots": st.slots.iter().enumerate().map(|(i, s)| json!({
+                "id": i,
+                "busy": s.request.is_some(),
+                "requestId": s.request,
+                "contextSize": info.n_ctx,
+                "promptTokens": s.prompt_tokens,
+                "predicted": s.predicted,
+                "cachedTokens": s.cached,
+            })).collect::<Vec<_>>(),
+            "loras": info.loras.iter().enumerate().map(|(i, (path, scale))| json!({ "id": i, "path": path, "scale": scale })).collect::<Vec<_>>(),
             "ngramCache": {
                 "dynamicEntries": ngram_dynamic,
                 "staticEntries": ngram_static,

@@ -42,6 +42,8 @@ pub struct Chat {
     /// The template refuses a system message (gemma 2): it is put at the
     /// start of the first user message, as llama.cpp does.
     pub fold_system: bool,
+    /// The template's Jinja source (`status().chatTemplate`).
+    pub source: String,
 }
 
 /// Whether a template writes the tools it is given into the prompt.
@@ -96,7 +98,7 @@ impl Chat {
             format.tools.object_arguments = reads_object_arguments(&template);
         }
         let fold_system = folds_system(&template);
-        Chat { template, format, native, fold_system }
+        Chat { template, format, native, fold_system, source: source.to_string() }
     }
 
     /// The name of the family its answers are read as (`status().toolCallFormat`).

@@ -41,6 +41,7 @@ pub mod ggml_setup;
 pub mod gpu;
 pub mod kv;
 pub mod llama_log;
+mod lora;
 mod matmul_check;
 pub mod memory;
 pub mod model;
@@ -88,6 +89,7 @@ pub struct Status {
     pub tokens_cached: usize,
     pub prompt_cache: CacheStats,
     pub threads_in_use: usize,
+    pub slots: Vec<shared::SlotStatus>,
 }
 
 /// The handle the binding holds. Cheap to share; every method is callable
@@ -309,6 +311,7 @@ impl Engine {
             tokens_cached: published.tokens_cached,
             prompt_cache: published.prompt_cache,
             threads_in_use: published.threads_in_use,
+            slots: published.slots,
         }
     }
 

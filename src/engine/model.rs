@@ -45,6 +45,8 @@ pub fn backend() -> Result<&'static LlamaBackend> {
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
     pub name: String,
+    /// The model file's path, as loaded.
+    pub path: String,
     pub n_vocab: i32,
     pub n_ctx: u32,
     pub n_ctx_train: u32,
@@ -77,6 +79,8 @@ pub struct ModelInfo {
     pub causal: bool,
     /// Width of an embedding.
     pub n_embd: usize,
+    /// LoRA adapters loaded (path, default scale), ids in this order.
+    pub loras: Vec<(String, f32)>,
 }
 
 /// A model as loaded, with the weight types its file holds (ggml's names:
@@ -237,6 +241,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
     let n_ctx = if n_ctx_train > 0 { opts.context_size.min(n_ctx_train) } else { opts.context_size };
     let eog = (0..n_vocab).filter(|&t| vocab.is_eog(llama_cpp_2::token::LlamaToken(t))).collect();
     ModelInfo {
+        path: opts.model_path.clone(),
         name: file_name(&opts.model_path),
         n_vocab,
         n_ctx,
@@ -259,6 +264,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         pooling: opts.pooling.or_else(|| Pooling::from_gguf(arch_meta(model, "pooling_type").as_deref())).unwrap_or(Pooling::Mean),
         causal: arch_meta(model, "attention.causal").is_none_or(|v| v.trim() != "false"),
         n_embd: model.n_embd_out().max(0) as usize,
+        loras: Vec::new(),
     }
 }
 

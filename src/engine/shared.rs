@@ -68,6 +68,19 @@ pub struct Published {
     pub prompt_cache: CacheStats,
     /// Threads a step computes with now (`core::threads`).
     pub threads_in_use: usize,
+    /// Each slot, in order.
+    pub slots: Vec<SlotStatus>,
+}
+
+/// A slot as `status().slots` (and the server's `/slots`) report it.
+#[derive(Debug, Clone, Default)]
+pub struct SlotStatus {
+    /// The request in it (its id), if any.
+    pub request: Option<u64>,
+    pub prompt_tokens: usize,
+    pub predicted: usize,
+    /// Tokens its KV stream holds.
+    pub cached: usize,
 }
 
 #[derive(Default)]

@@ -54,6 +54,9 @@ pub struct Slot<'m> {
     /// A request waiting for another slot to evaluate the prefix it shares.
     pub wait: Option<Wait>,
     pub request: Option<Box<Request<'m>>>,
+    /// The LoRA adapters its cells were computed with
+    /// (`core::request::lora_tag`; 0: none).
+    pub lora_tag: u64,
 }
 
 /// A request that waits for slot `donor` (running request `donor_id`) to
@@ -68,7 +71,17 @@ pub struct Wait {
 
 impl Slot<'_> {
     pub fn new(seq: i32) -> Self {
-        Slot { seq, cached: Vec::new(), shifted: None, window_from: 0, copy_pending: false, used: 0, wait: None, request: None }
+        Slot {
+            seq,
+            cached: Vec::new(),
+            shifted: None,
+            window_from: 0,
+            copy_pending: false,
+            used: 0,
+            wait: None,
+            request: None,
+            lora_tag: 0,
+        }
     }
 
     pub fn is_free(&self) -> bool {
@@ -215,6 +228,9 @@ pub struct Request<'m> {
     prompt_ms: f64,
     /// When generation began (the prompt was done).
     generating_since: Option<Instant>,
+    /// Its scale of every loaded LoRA adapter, and their tag.
+    lora: Vec<f32>,
+    lora_tag: u64,
 }
 
 impl<'m> Request<'m> {
@@ -256,11 +272,32 @@ impl<'m> Request<'m> {
             started: Instant::now(),
             prompt_ms: 0.0,
             generating_since: None,
+            lora: Vec::new(),
+            lora_tag: 0,
         }
     }
 
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Its LoRA scales (one per loaded adapter).
+    pub fn set_lora(&mut self, scales: Vec<f32>) {
+        self.lora_tag = crate::core::request::lora_tag(&scales);
+        self.lora = scales;
+    }
+
+    pub fn lora(&self) -> &[f32] {
+        &self.lora
+    }
+
+    pub fn lora_tag(&self) -> u64 {
+        self.lora_tag
+    }
+
+    /// Tokens generated so far.
+    pub fn predicted(&self) -> usize {
+        self.n_gen
     }
 
     pub fn started(&self) -> Instant {

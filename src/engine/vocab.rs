@@ -28,6 +28,9 @@ pub struct Vocab {
     /// What `messages` are rendered with (see `model::chat_template`).
     chat: Option<std::result::Result<Chat, String>>,
     pub limits: RequestLimits,
+    /// The BOS and EOS tokens' text.
+    pub bos: String,
+    pub eos: String,
 }
 
 impl Vocab {
@@ -36,7 +39,7 @@ impl Vocab {
         let (bos, eos) = model::bos_eos_text(&model);
         let chat = model::chat_template(&model, opts.chat_template.as_deref())?
             .map(|c| c.map(|(template, source)| Chat::new(template, &source, opts.tool_call_format, &bos, &eos)));
-        Ok(Vocab { model: RwLock::new(Some(model)), chat, limits })
+        Ok(Vocab { model: RwLock::new(Some(model)), chat, limits, bos, eos })
     }
 
     /// The vocabulary and metadata of the model at `opts.model_path`, without
@@ -75,6 +78,11 @@ impl Vocab {
                 "this model has no chat template (no tokenizer.chat_template in its GGUF); load the engine with the chatTemplate option to use messages",
             )),
         }
+    }
+
+    /// The chat template's source, when it is usable (`status().chatTemplate`).
+    pub fn chat_source(&self) -> Option<&str> {
+        self.chat.as_ref().and_then(|c| c.as_ref().ok()).map(|c| c.source.as_str())
     }
 
     /// The family the answers are read as (`status().toolCallFormat`).

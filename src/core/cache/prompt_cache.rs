@@ -17,6 +17,9 @@ pub struct Entry {
     /// Holds only a sliding window of some layers' cells: usable only to go
     /// on after its last token.
     pub windowed: bool,
+    /// The LoRA adapters that computed the cells (`core::request::lora_tag`;
+    /// 0: none): reused only by requests with the same.
+    pub tag: u64,
     used: u64,
 }
 
@@ -72,9 +75,10 @@ impl PromptCache {
         CacheStats { entries: self.entries.len(), bytes: self.bytes, hits: self.hits, limit: self.limit }
     }
 
-    /// Whether a state that starts with all of `tokens` is held already.
-    pub fn holds(&self, tokens: &[i32]) -> bool {
-        self.entries.iter().any(|e| e.tokens.starts_with(tokens))
+    /// Whether a state that starts with all of `tokens` (computed with the
+    /// adapters of `tag`) is held already.
+    pub fn holds(&self, tokens: &[i32], tag: u64) -> bool {
+        self.entries.iter().any(|e| e.tag == tag && e.tokens.starts_with(tokens))
     }
 
     /// Keeps a state of `tokens`. States it extends (their tokens are a
@@ -86,14 +90,17 @@ impl PromptCache {
     /// requests on the same prompts does not fill the cache with copies.
     /// Then the least recently used go, until it fits. A state larger than
     /// the whole cache is not kept.
-    pub fn insert(&mut self, tokens: Vec<i32>, cells: Cells, windowed: bool) {
+    pub fn insert(&mut self, tokens: Vec<i32>, cells: Cells, windowed: bool, tag: u64) {
         self.clock += 1;
-        let entry = Entry { tokens, cells, windowed, used: self.clock };
+        let entry = Entry { tokens, cells, windowed, tag, used: self.clock };
         let size = entry.bytes();
-        if size > self.limit || self.holds(&entry.tokens) {
+        if size > self.limit || self.holds(&entry.tokens, tag) {
             return;
         }
         self.entries.retain(|e| {
+            if e.tag != entry.tag {
+                return true;
+            }
             let common = e.tokens.iter().zip(&entry.tokens).take_while(|(a, b)| a == b).count();
             let near_copy = 2 * common >= e.tokens.len() && e.tokens.len() - common <= SIBLING_TAIL;
             !near_copy
@@ -107,12 +114,13 @@ impl PromptCache {
         self.entries.push(entry);
     }
 
-    /// The entry with the most tokens reusable for `prompt`, and how many.
-    pub fn best(&self, prompt: &[i32]) -> Option<(usize, usize)> {
+    /// The entry with the most tokens reusable for `prompt` with the
+    /// adapters of `tag`, and how many.
+    pub fn best(&self, prompt: &[i32], tag: u64) -> Option<(usize, usize)> {
         self.entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, reusable(&e.tokens, e.windowed, prompt)))
+            .map(|(i, e)| (i, if e.tag == tag { reusable(&e.tokens, e.windowed, prompt) } else { 0 }))
             .filter(|&(_, n)| n > 0)
             .max_by_key(|&(i, n)| (n, self.entries[i].used))
     }
@@ -165,11 +173,11 @@ mod tests {
     #[test]
     fn the_longest_prefix_wins_and_hits_are_counted() {
         let mut c = PromptCache::new(1 << 20);
-        c.insert(toks(0..10), cells(10), false);
-        c.insert(toks(100..120), cells(20), false);
-        assert_eq!(c.best(&toks(0..30)), Some((0, 10)));
-        assert_eq!(c.best(&toks(100..105)), Some((1, 4)));
-        assert_eq!(c.best(&[7]), None);
+        c.insert(toks(0..10), cells(10), false, 0);
+        c.insert(toks(100..120), cells(20), false, 0);
+        assert_eq!(c.best(&toks(0..30), 0), Some((0, 10)));
+        assert_eq!(c.best(&toks(100..105), 0), Some((1, 4)));
+        assert_eq!(c.best(&[7], 0), None);
         c.hit(1);
         assert_eq!(c.stats().hits, 1);
         assert_eq!(c.stats().entries, 2);
@@ -178,10 +186,10 @@ mod tests {
     #[test]
     fn an_extended_prompt_replaces_its_prefix_and_a_contained_one_is_not_kept_twice() {
         let mut c = PromptCache::new(1 << 20);
-        c.insert(toks(0..10), cells(10), false);
-        c.insert(toks(0..20), cells(20), false);
+        c.insert(toks(0..10), cells(10), false, 0);
+        c.insert(toks(0..20), cells(20), false, 0);
         assert_eq!(c.stats().entries, 1);
-        c.insert(toks(0..5), cells(5), false);
+        c.insert(toks(0..5), cells(5), false, 0);
         assert_eq!(c.stats().entries, 1);
         assert_eq!(c.stats().bytes, c.entries[0].bytes());
     }
@@ -193,38 +201,51 @@ mod tests {
             |prompt: std::ops::Range<i32>, answer: i32| -> Vec<i32> { toks(prompt).into_iter().chain([answer, answer + 1]).collect() };
         // The same 30-token prompt answered ten ways: one entry, the newest.
         for a in 0..10 {
-            c.insert(answer(0..30, 1000 + 10 * a), cells(32), false);
+            c.insert(answer(0..30, 1000 + 10 * a), cells(32), false, 0);
         }
         assert_eq!(c.stats().entries, 1);
         assert_eq!(c.entries[0].tokens[30], 1090);
         // A different prompt sharing less than half stays apart.
-        c.insert(toks(0..10).into_iter().chain(500..540).collect(), cells(50), false);
+        c.insert(toks(0..10).into_iter().chain(500..540).collect(), cells(50), false, 0);
         assert_eq!(c.stats().entries, 2);
         // Two users after one long system prompt, with turns of 100 tokens:
         // both kept (recomputing a turn is not free).
         let mut c = PromptCache::new(1 << 24);
-        c.insert(toks(0..1000).into_iter().chain(2000..2100).collect(), cells(1100), false);
-        c.insert(toks(0..1000).into_iter().chain(3000..3100).collect(), cells(1100), false);
+        c.insert(toks(0..1000).into_iter().chain(2000..2100).collect(), cells(1100), false, 0);
+        c.insert(toks(0..1000).into_iter().chain(3000..3100).collect(), cells(1100), false, 0);
         assert_eq!(c.stats().entries, 2);
         assert_eq!(c.stats().bytes, c.entries.iter().map(Entry::bytes).sum::<usize>());
     }
 
     #[test]
     fn least_recently_used_goes_first_and_the_limit_holds() {
-        let one = Entry { tokens: toks(0..10), cells: cells(10), windowed: false, used: 0 }.bytes();
+        let one = Entry { tokens: toks(0..10), cells: cells(10), windowed: false, tag: 0, used: 0 }.bytes();
         let mut c = PromptCache::new(2 * one + one / 2);
-        c.insert(toks(0..10), cells(10), false);
-        c.insert(toks(100..110), cells(10), false);
+        c.insert(toks(0..10), cells(10), false, 0);
+        c.insert(toks(100..110), cells(10), false, 0);
         c.hit(0); // the first is now the more recent
-        c.insert(toks(200..210), cells(10), false);
+        c.insert(toks(200..210), cells(10), false, 0);
         assert_eq!(c.stats().entries, 2);
         assert!(c.stats().bytes <= c.stats().limit);
-        assert!(c.best(&toks(0..20)).is_some() && c.best(&toks(100..120)).is_none());
+        assert!(c.best(&toks(0..20), 0).is_some() && c.best(&toks(100..120), 0).is_none());
         // Larger than the whole cache: not kept; off: nothing kept.
-        c.insert(toks(300..400), cells(100), false);
-        assert!(c.best(&toks(300..400)).is_none());
+        c.insert(toks(300..400), cells(100), false, 0);
+        assert!(c.best(&toks(300..400), 0).is_none());
         let mut off = PromptCache::new(0);
-        off.insert(toks(0..10), cells(10), false);
+        off.insert(toks(0..10), cells(10), false, 0);
         assert!(!off.is_on() && off.stats().entries == 0);
+    }
+
+    /// States computed with other LoRA adapters are neither reused nor
+    /// replaced by a prompt's state with none.
+    #[test]
+    fn adapters_keep_states_apart() {
+        let mut c = PromptCache::new(1 << 20);
+        c.insert(toks(0..20), cells(20), false, 7);
+        assert_eq!(c.best(&toks(0..30), 0), None);
+        assert_eq!(c.best(&toks(0..30), 7), Some((0, 20)));
+        assert!(!c.holds(&toks(0..10), 0) && c.holds(&toks(0..10), 7));
+        c.insert(toks(0..20), cells(20), false, 0);
+        assert_eq!(c.stats().entries, 2);
     }
 }

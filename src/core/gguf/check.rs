@@ -248,3 +248,68 @@ impl Hparams<'_> {
         }
     }
 }
+
+/// Most rank a LoRA adapter's products may have.
+const MAX_LORA_RANK: u64 = 4096;
+
+/// What makes `adapter` unusable with the model in `base`, if anything:
+/// it must be a LoRA adapter (`general.type = adapter`, `adapter.type =
+/// lora`) of the same architecture, and each `<weight>.lora_a` /
+/// `.lora_b` pair must fit a weight of the base (`a`: [n_in, r], `b`:
+/// [r, n_out] against the weight's [n_in, n_out]).
+pub fn check_adapter(adapter: &GgufFile, base: &GgufFile) -> Result<(), String> {
+    let text = |f: &GgufFile, key: &str| f.get(key).and_then(Value::as_str).map(str::to_owned);
+    match text(adapter, "general.type").as_deref() {
+        Some("adapter") => {}
+        Some(t) => return Err(format!("general.type is {t:?}, not \"adapter\": not a LoRA adapter")),
+        None => return Err("no general.type: not a LoRA adapter (a model file?)".into()),
+    }
+    match text(adapter, "adapter.type").as_deref() {
+        Some("lora") => {}
+        other => return Err(format!("adapter.type is {other:?}, not \"lora\"")),
+    }
+    let (arch, base_arch) = (text(adapter, "general.architecture"), text(base, "general.architecture"));
+    if arch != base_arch {
+        return Err(format!(
+            "an adapter for a {} model, not for this {} model",
+            arch.as_deref().unwrap_or("(no architecture)"),
+            base_arch.as_deref().unwrap_or("(no architecture)")
+        ));
+    }
+    if adapter.tensors.is_empty() {
+        return Err("it holds no tensors".into());
+    }
+    for t in &adapter.tensors {
+        let Some(weight) = t.name.strip_suffix(".lora_a").or_else(|| t.name.strip_suffix(".lora_b")) else {
+            return Err(format!("tensor {:?} is neither a .lora_a nor a .lora_b", t.name));
+        };
+        let other = if t.name.ends_with(".lora_a") { format!("{weight}.lora_b") } else { format!("{weight}.lora_a") };
+        if adapter.tensor(&other).is_none() {
+            return Err(format!("tensor {:?} has no {other:?}", t.name));
+        }
+        if !["F32", "F16", "BF16", "Q8_0"].contains(&t.kind.name) {
+            return Err(format!("tensor {:?} is {}: adapters of F32, F16, BF16 or Q8_0 are read", t.name, t.kind.name));
+        }
+        let w = base.tensor(weight).ok_or_else(|| format!("it adapts {weight:?}, which this model does not have (another base model?)"))?;
+        if t.dims.len() != 2 || w.dims.len() != 2 {
+            return Err(format!("tensor {:?} or its weight is not a matrix", t.name));
+        }
+        let (a, b) = if t.name.ends_with(".lora_a") { (t, adapter.tensor(&other)) } else { (adapter.tensor(&other).unwrap_or(t), Some(t)) };
+        let Some(b) = b else { continue };
+        if weight == "token_embd.weight" {
+            continue; // laid out the other way round; llama.cpp checks it
+        }
+        let rank = a.dims[1];
+        let fits = a.dims[0] == w.dims[0] && b.dims[1] == w.dims[1] && b.dims[0] == rank;
+        if !fits {
+            return Err(format!(
+                "{weight}: lora_a {:?} and lora_b {:?} do not fit the weight's {:?} (an adapter for another base model?)",
+                a.dims, b.dims, w.dims
+            ));
+        }
+        if rank == 0 || rank > MAX_LORA_RANK {
+            return Err(format!("{weight}: rank {rank} (1 to {MAX_LORA_RANK} are read)"));
+        }
+    }
+    Ok(())
+}

@@ -320,8 +320,47 @@ fn the_model_fixtures_pass() {
         if path.extension().is_some_and(|e| e == "gguf") {
             let t = std::time::Instant::now();
             let file = read_gguf(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            if file.get("general.type").and_then(Value::as_str) == Some("adapter") {
+                continue; // the_adapter_fixtures_fit_their_base_only
+            }
             check_model(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             eprintln!("{}: read and checked in {:?}", path.display(), t.elapsed());
         }
     }
+}
+
+/// The LoRA adapter fixtures (`npm run models`) fit their base model and
+/// are refused for the other one, and as models.
+#[test]
+fn the_adapter_fixtures_fit_their_base_only() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let read = |name: &str| read_gguf(&dir.join(name)).ok();
+    let (Some(smol), Some(gemma), Some(smol_lora), Some(gemma_lora)) = (
+        read("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        read("gemma-3-270m-q4_k_m.gguf"),
+        read("SmolLM2-135M-Instruct.lora-test.gguf"),
+        read("gemma-3-270m.lora-test.gguf"),
+    ) else {
+        return;
+    };
+    check_adapter(&smol_lora, &smol).unwrap();
+    check_adapter(&gemma_lora, &gemma).unwrap();
+    assert!(check_adapter(&gemma_lora, &smol).unwrap_err().contains("an adapter for a gemma3 model"));
+    assert!(check_adapter(&smol, &smol).unwrap_err().contains("not a LoRA adapter"));
+    assert!(check_model(&smol_lora).is_err());
+}
+
+/// Adapters whose tensors do not fit the base's weights are refused.
+#[test]
+fn adapters_that_do_not_fit_are_refused() {
+    let base = read(&Builder::llama().build()).unwrap();
+    let adapter = |a: &[u64], bdims: &[u64]| {
+        let mut b = Builder { kv: vec![], tensors: vec![] };
+        b.string("general.architecture", "llama").string("general.type", "adapter").string("adapter.type", "lora");
+        b.tensor("blk.0.attn_q.weight.lora_a", a, 0).tensor("blk.0.attn_q.weight.lora_b", bdims, 0);
+        read(&b.build()).unwrap()
+    };
+    check_adapter(&adapter(&[64, 8], &[8, 64]), &base).unwrap();
+    assert!(check_adapter(&adapter(&[32, 8], &[8, 64]), &base).unwrap_err().contains("do not fit"));
+    assert!(check_adapter(&adapter(&[64, 8], &[4, 64]), &base).unwrap_err().contains("do not fit"));
 }

@@ -198,6 +198,12 @@ pub const REASONING_BUDGET: Field = Field::new(
     "-1",
     "most tokens of thinking per block: at the budget the family's end of thinking is forced and the answer goes on (-1: no limit; 0: none)",
 );
+pub const LORA: Field = Field::new(
+    "lora",
+    Kind::Other("{ id: number; scale: number }[]"),
+    "",
+    "LoRA adapters for this request: ids in load order (EngineOptions.loras), adapters not listed off; absent: the load scales",
+);
 
 pub const SPEC_MODE: Field = Field::new(
     "mode",
@@ -260,6 +266,7 @@ pub const REQUEST_FIELDS: &[Field] = &[
     REASONING_FORMAT,
     REASONING_EFFORT,
     REASONING_BUDGET,
+    LORA,
     CACHE_PROMPT,
     SPECULATIVE,
 ];

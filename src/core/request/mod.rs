@@ -157,6 +157,33 @@ pub struct CompletionRequest {
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
     pub speculative: SpeculativeParams,
+    /// LoRA adapters (id in load order, scale); `None`: the load scales.
+    pub lora: Option<Vec<(u32, f32)>>,
+}
+
+/// Most LoRA adapters an engine loads, and the largest scale magnitude.
+pub const MAX_LORAS: usize = 32;
+pub const MAX_LORA_SCALE: f32 = 100.0;
+
+/// A tag for the adapters computing a KV cache's cells: 0 for none (or all
+/// at scale 0), else a hash of the (id, scale) pairs in effect. Cells are
+/// reused only by requests with the same tag.
+pub fn lora_tag(scales: &[f32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut any = false;
+    for (i, &s) in scales.iter().enumerate() {
+        if s != 0.0 {
+            any = true;
+            for b in (i as u32).to_le_bytes().into_iter().chain(s.to_bits().to_le_bytes()) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+    if any {
+        h | 1
+    } else {
+        0
+    }
 }
 
 /// All defaults and an empty prompt.
@@ -177,6 +204,7 @@ impl Default for CompletionRequest {
             ignore_eos: false,
             sampling: SamplingParams::default(),
             speculative: SpeculativeParams::default(),
+            lora: None,
         }
     }
 }
@@ -229,6 +257,12 @@ impl CompletionRequest {
             ("reasoning_format", self.chat.reasoning_format.as_str().into()),
             ("reasoning_budget", self.chat.reasoning_budget.map_or(-1, i64::from).into()),
             ("speculative", speculative),
+            (
+                "lora",
+                self.lora.as_ref().map_or(Value::Null, |l| {
+                    l.iter().map(|&(id, scale)| object([("id", id.into()), ("scale", f32_json(scale))])).collect::<Vec<_>>().into()
+                }),
+            ),
         ])
     }
 }

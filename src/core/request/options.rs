@@ -31,6 +31,15 @@ pub struct EngineOptions {
     pub prompt_cache_mb: usize,
     /// How `embed()` pools token vectors; `None`: the GGUF's pooling, else mean.
     pub pooling: Option<Pooling>,
+    /// LoRA adapters, in load order (their ids), with default scales.
+    pub loras: Vec<LoraOption>,
+}
+
+/// A LoRA adapter to load, and the scale requests without `lora` use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraOption {
+    pub path: String,
+    pub scale: f32,
 }
 
 /// The prompt cache's default size, MiB: tens of thousands of tokens of a
@@ -63,7 +72,38 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         parallel: int(obj, "parallel", 1, MAX_PARALLEL as i64)?.map_or(DEFAULT_PARALLEL, |n| n as usize),
         prompt_cache_mb: int(obj, "promptCacheMB", 0, 1 << 24)?.map_or(DEFAULT_PROMPT_CACHE_MB, |n| n as usize),
         pooling: pooling(obj)?,
+        loras: loras(obj)?,
     })
+}
+
+fn loras(obj: &Map<String, Value>) -> Result<Vec<LoraOption>> {
+    use crate::core::request::{MAX_LORAS, MAX_LORA_SCALE};
+    let items = match obj.get("loras") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(EngineError::invalid("loras", "expected an array of { path, scale? }")),
+    };
+    if items.len() > MAX_LORAS {
+        return Err(EngineError::invalid("loras", format!("at most {MAX_LORAS} adapters, got {}", items.len())));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let field = format!("loras[{i}]");
+            let o = item.as_object().ok_or_else(|| EngineError::invalid(&field, "expected an object { path, scale? }"))?;
+            let path =
+                path(o, "path").map_err(|e| EngineError::invalid(&format!("{field}.path"), e.message.trim_start_matches("path: ")))?;
+            let path = path.ok_or_else(|| EngineError::invalid(&format!("{field}.path"), "required"))?;
+            let scale = match o.get("scale") {
+                None | Some(Value::Null) => 1.0,
+                Some(v) => v.as_f64().filter(|s| s.is_finite() && s.abs() <= f64::from(MAX_LORA_SCALE)).ok_or_else(|| {
+                    EngineError::invalid(&format!("{field}.scale"), format!("expected a finite number within ±{MAX_LORA_SCALE}"))
+                })? as f32,
+            };
+            Ok(LoraOption { path, scale })
+        })
+        .collect()
 }
 
 fn path(obj: &Map<String, Value>, field: &str) -> Result<Option<String>> {
@@ -163,6 +203,9 @@ mod tests {
             (json!({ "modelPath": "m", "promptCacheMB": 0.5 }), "promptCacheMB"),
             (json!({ "modelPath": "m", "pooling": "rank" }), "pooling"),
             (json!({ "modelPath": "m", "pooling": 1 }), "pooling"),
+            (json!({ "modelPath": "m", "loras": {} }), "loras"),
+            (json!({ "modelPath": "m", "loras": [{}] }), "loras[0].path"),
+            (json!({ "modelPath": "m", "loras": [{ "path": "a", "scale": 1e9 }] }), "loras[0].scale"),
         ] {
             let e = parse_engine_options(&v).unwrap_err();
             assert!(e.message.starts_with(field), "{v}: {}", e.message);

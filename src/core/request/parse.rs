@@ -12,7 +12,7 @@ use serde_json::{Map, Number, Value};
 use super::describe::{truncate, type_name};
 use super::fields::*;
 use super::gbnf::check_gbnf;
-use super::{CompletionRequest, PromptPart, RequestLimits, SamplingParams, SpecMode, SpeculativeParams};
+use super::{CompletionRequest, PromptPart, RequestLimits, SamplingParams, SpecMode, SpeculativeParams, MAX_LORAS, MAX_LORA_SCALE};
 use crate::core::chat::parse_messages;
 use crate::core::chat::tools::{parse_chat_options, ResponseFormat};
 use crate::core::error::{EngineError, Result};
@@ -83,7 +83,46 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         ignore_eos: f.bool(&IGNORE_EOS)?.unwrap_or(d.ignore_eos),
         sampling: parse_sampling(&f, limits)?,
         speculative: parse_speculative(f.get(&SPECULATIVE))?,
+        lora: parse_lora(f.get(&LORA))?,
     })
+}
+
+/// `[{ id, scale }, …]`: ids unique integers below `MAX_LORAS`, finite
+/// scales of at most `MAX_LORA_SCALE` in magnitude. Whether an id names a
+/// loaded adapter is the engine's to check.
+fn parse_lora(value: Option<&Value>) -> Result<Option<Vec<(u32, f32)>>> {
+    let items = match value {
+        None => return Ok(None),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(EngineError::invalid(LORA.name, format!("expected an array of {{ id, scale }}, got {}", type_name(other))))
+        }
+    };
+    if items.len() > MAX_LORAS {
+        return Err(EngineError::invalid(LORA.name, format!("at most {MAX_LORAS} entries are allowed, got {}", items.len())));
+    }
+    let mut out: Vec<(u32, f32)> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = |why: String| EngineError::invalid(&format!("{}[{i}]", LORA.name), why);
+        let obj = item.as_object().ok_or_else(|| at(format!("expected an object {{ id, scale }}, got {}", type_name(item))))?;
+        let id = obj
+            .get("id")
+            .and_then(Value::as_f64)
+            .filter(|v| v.fract() == 0.0 && *v >= 0.0 && *v < MAX_LORAS as f64)
+            .ok_or_else(|| at(format!("id: expected an integer in 0..{MAX_LORAS}")))? as u32;
+        let scale = match obj.get("scale") {
+            None => 1.0,
+            Some(v) => v
+                .as_f64()
+                .filter(|s| s.is_finite() && s.abs() <= f64::from(MAX_LORA_SCALE))
+                .ok_or_else(|| at(format!("scale: expected a finite number within ±{MAX_LORA_SCALE}")))? as f32,
+        };
+        if out.iter().any(|&(other, _)| other == id) {
+            return Err(at(format!("id {id} is listed twice")));
+        }
+        out.push((id, scale));
+    }
+    Ok(Some(out))
 }
 
 /// The legacy JSON-RPC form: a JSON object is a request, any other text is a

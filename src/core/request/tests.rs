@@ -426,7 +426,8 @@ fn generation_settings_shape() {
     assert_eq!(gs["parallel_tool_calls"], true);
     assert_eq!(gs["reasoning_format"], "auto");
     assert_eq!(gs["reasoning_budget"], -1);
-    assert_eq!(gs.as_object().unwrap().len(), 30);
+    assert_eq!(gs["lora"], Value::Null);
+    assert_eq!(gs.as_object().unwrap().len(), 31);
 
     let gs = ok(json!({ "prompt": "x", "grammar": "root ::= \"a\"" })).generation_settings(1, "m");
     assert_eq!(gs["seed"], -1);

@@ -55,6 +55,8 @@ struct Prepared {
     kinds: Vec<SpecMode>,
     prompt: PromptTokens,
     constraint: Option<Rc<RefCell<Constraint>>>,
+    /// Its scale of every loaded LoRA adapter.
+    lora: Vec<f32>,
 }
 
 impl<'m> Worker<'m> {
@@ -141,6 +143,7 @@ impl<'m> Worker<'m> {
             eprintln!("llama-engine: fault injected by {ABORT_PROMPT}: aborting");
             std::process::abort();
         }
+        let lora = self.loras.scales_for(req.lora.as_deref())?;
         let grammar = grammar(req, &self.models.target)?;
         let constraint = match &req.plan.grammar {
             Some((g, _)) => match self.constraint(g, compiled) {
@@ -177,7 +180,7 @@ impl<'m> Worker<'m> {
             tokens.shrink_to_fit();
             crate::engine::memory::release_after(4 * n_given);
         }
-        Ok(Prepared { sampler, kinds, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint })
+        Ok(Prepared { sampler, kinds, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint, lora })
     }
 
     /// The request's constraint: the one the compiling thread made for it
@@ -212,13 +215,22 @@ impl<'m> Worker<'m> {
     }
 
     fn start(&mut self, job: Job, p: Prepared) {
-        let Some((i, start)) = self.place(&p.prompt.tokens, job.request.cache_prompt) else { return };
+        let tag = crate::core::request::lora_tag(&p.lora);
+        if tag != 0 && job.session.is_some() {
+            self.shared.request_ended(job.id);
+            let e =
+                EngineError::invalid("lora", "a session is saved from cells without LoRA adapters: save it with a request that uses none");
+            return job.sink.finish(Err(e));
+        }
+        let Some((i, start)) = self.place(&p.prompt.tokens, job.request.cache_prompt, tag) else { return };
         let chain = self.chain(&job.request, &p.kinds, i, p.sampler.is_greedy(), p.sampler.seed(), p.constraint.clone());
         let (n_past, wait) = match start {
             Start::Ready(n) => (n, None),
             Start::Wait(w) => (0, Some(w)),
         };
-        self.slots[i].request = Some(Box::new(Request::new(job, p.sampler, chain, p.prompt, n_past)));
+        let mut request = Box::new(Request::new(job, p.sampler, chain, p.prompt, n_past));
+        request.set_lora(p.lora);
+        self.slots[i].request = Some(request);
         self.slots[i].wait = wait;
     }
 

@@ -71,6 +71,7 @@ impl Models {
             None => None,
         };
         let mut info = model::model_info(&target, opts);
+        info.loras = opts.loras.iter().map(|l| (l.path.clone(), l.scale)).collect();
         if let Some(d) = &draft {
             info.draft_gpu_layers = super::gpu::offloaded_layers(opts.draft_gpu_layers, d.n_layer());
         }
@@ -119,6 +120,8 @@ pub struct Worker<'m> {
     reference: BatchCost,
     /// The thread cap in force on this thread (llama.cpp's).
     threads_applied: usize,
+    /// LoRA adapters of the target context (`EngineOptions.loras`).
+    loras: super::lora::Adapters,
 }
 
 impl<'m> Worker<'m> {
@@ -136,6 +139,8 @@ impl<'m> Worker<'m> {
         let backend = model::backend()?;
         let (ctx, log) = llama_log::capture(|| models.target.new_context(backend, params));
         let ctx = ctx.map_err(|e| load_err("target", &opts.model_path, e.to_string(), log))?;
+        // Right after the context (its pointer is the last llama.cpp made here).
+        let loras = super::lora::Adapters::load(&ctx, &opts.model_path, &opts.loras)?;
         let draft = match (&models.draft, &opts.draft_model_path) {
             (Some(m), Some(path)) => {
                 let params = model::context_params(opts, info.n_ctx * parallel as u32, DraftContext::sequences(parallel), true);
@@ -167,6 +172,7 @@ impl<'m> Worker<'m> {
             threads: ThreadGovernor::new(opts.threads.max(1) as usize),
             reference: BatchCost::new(1),
             threads_applied: 0,
+            loras,
         };
         // A cap left on this thread (none is, a thread per engine) would skew the costs.
         set_thread_cap(0);
@@ -186,6 +192,20 @@ impl<'m> Worker<'m> {
             set_thread_cap(if n == self.opts.threads.max(1) as usize { 0 } else { n });
             self.threads_applied = n;
         }
+    }
+
+    /// Gives the context each slot's LoRA scales before a decode.
+    fn apply_loras(&mut self) -> Result<()> {
+        if self.loras.is_empty() {
+            return Ok(());
+        }
+        let per_seq: Vec<&[f32]> = self.slots.iter().map(|s| s.request.as_ref().map_or(&[][..], |r| r.lora())).collect();
+        self.loras.apply(&per_seq)
+    }
+
+    /// The loaded adapters' default scales (`status().loras`).
+    pub fn lora_defaults(&self) -> &[f32] {
+        &self.loras.defaults
     }
 
     /// Threads the next step computes with.
@@ -227,6 +247,16 @@ impl<'m> Worker<'m> {
             tokens_cached: self.slots.iter().map(|s| s.cached.len()).sum(),
             prompt_cache: self.prompt_cache.stats(),
             threads_in_use: self.threads.threads(),
+            slots: self
+                .slots
+                .iter()
+                .map(|s| super::shared::SlotStatus {
+                    request: s.request.as_ref().map(|r| r.id()),
+                    prompt_tokens: s.request.as_ref().map_or(0, |r| r.prompt().len()),
+                    predicted: s.request.as_ref().map_or(0, |r| r.predicted()),
+                    cached: s.cached.len(),
+                })
+                .collect(),
         });
     }
 

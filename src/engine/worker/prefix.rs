@@ -48,10 +48,12 @@ impl Worker<'_> {
     /// prompt (a chat's next turn lands where its last turn was) unless
     /// that would throw most of its cache away while an empty slot is free;
     /// with nothing shared, an empty slot, else the least recently used.
-    pub(super) fn place(&mut self, tokens: &[LlamaToken], reuse: bool) -> Option<(usize, Start)> {
+    /// `tag`: the request's LoRA adapters (cells computed with others are
+    /// not reused).
+    pub(super) fn place(&mut self, tokens: &[LlamaToken], reuse: bool, tag: u64) -> Option<(usize, Start)> {
         let prompt = ids(tokens);
         let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_free()).collect();
-        let own = |w: &Self, i: usize| if reuse { w.slots[i].reuse_for(&prompt) } else { 0 };
+        let own = |w: &Self, i: usize| if reuse { w.reuse(i, &prompt, tag) } else { 0 };
         let empty = free.iter().copied().find(|&i| self.slots[i].cached.is_empty());
         let best_own = free.iter().copied().max_by_key(|&i| (own(self, i), std::cmp::Reverse(i)))?;
         let target = match (own(self, best_own), empty) {
@@ -63,22 +65,31 @@ impl Worker<'_> {
         self.clock += 1;
         self.slots[target].used = self.clock;
         if reuse {
-            if let Some(wait) = self.worth_waiting(target, &prompt) {
+            if let Some(wait) = self.worth_waiting(target, &prompt, tag) {
                 return Some((target, Start::Wait(wait)));
             }
         }
-        Some((target, Start::Ready(self.fill(target, &prompt, reuse))))
+        Some((target, Start::Ready(self.fill(target, &prompt, reuse, tag))))
+    }
+
+    /// What slot `s`'s cells give `prompt` with the adapters of `tag`.
+    fn reuse(&self, s: usize, prompt: &[i32], tag: u64) -> usize {
+        if self.slots[s].lora_tag == tag {
+            self.slots[s].reuse_for(prompt)
+        } else {
+            0
+        }
     }
 
     /// A prefix of `prompt` that a slot is evaluating now, longer by
     /// `MIN_GAIN` than anything ready: worth waiting for.
-    fn worth_waiting(&self, target: usize, prompt: &[i32]) -> Option<Wait> {
-        let (ready, _) = self.best_source(target, prompt);
+    fn worth_waiting(&self, target: usize, prompt: &[i32], tag: u64) -> Option<Wait> {
+        let (ready, _) = self.best_source(target, prompt, tag);
         let cap = prompt.len().saturating_sub(1);
         (0..self.slots.len())
             .filter(|&s| s != target && self.slots[s].is_prefilling())
             .filter_map(|s| {
-                let r = self.slots[s].request.as_ref()?;
+                let r = self.slots[s].request.as_ref().filter(|r| r.lora_tag() == tag)?;
                 let n = common_prefix(&ids(r.prompt()), prompt).min(cap);
                 (n >= ready + MIN_GAIN).then_some(Wait { donor: s, donor_id: r.id(), n })
             })
@@ -88,16 +99,16 @@ impl Worker<'_> {
     /// The longest reusable prefix for slot `target`: its own, another
     /// slot's or a prompt-cache entry's (these only when they save
     /// `MIN_GAIN` tokens over its own).
-    fn best_source(&self, target: usize, prompt: &[i32]) -> (usize, Source) {
-        let own = self.slots[target].reuse_for(prompt);
+    fn best_source(&self, target: usize, prompt: &[i32], tag: u64) -> (usize, Source) {
+        let own = self.reuse(target, prompt, tag);
         let mut best = (own, Source::Own);
-        for (s, slot) in self.slots.iter().enumerate() {
-            let n = slot.reuse_for(prompt);
+        for s in 0..self.slots.len() {
+            let n = self.reuse(s, prompt, tag);
             if s != target && n > best.0 {
                 best = (n, Source::Slot(s));
             }
         }
-        if let Some((e, n)) = self.prompt_cache.best(prompt) {
+        if let Some((e, n)) = self.prompt_cache.best(prompt, tag) {
             if n > best.0 {
                 best = (n, Source::Cache(e));
             }
@@ -111,9 +122,12 @@ impl Worker<'_> {
     /// Fills slot `target` with the longest reusable prefix of `prompt`
     /// (none without `reuse`), keeping what it held in the prompt cache
     /// first; returns the tokens it holds.
-    pub(super) fn fill(&mut self, target: usize, prompt: &[i32], reuse: bool) -> usize {
-        let (n, source) = if reuse { self.best_source(target, prompt) } else { (0, Source::Own) };
+    pub(super) fn fill(&mut self, target: usize, prompt: &[i32], reuse: bool, tag: u64) -> usize {
+        let (n, source) = if reuse { self.best_source(target, prompt, tag) } else { (0, Source::Own) };
         self.keep_in_cache(target, if source == Source::Own { n } else { 0 });
+        // From here its cells are this request's adapters' (those it keeps
+        // were computed with them too, or it keeps none).
+        self.slots[target].lora_tag = tag;
         let seq = self.slots[target].seq;
         let n_seq = self.slots.len() as i32;
         let done = match source {
@@ -170,13 +184,14 @@ impl Worker<'_> {
             return;
         }
         let tokens = ids(&slot.cached);
-        if self.prompt_cache.holds(&tokens) {
+        let tag = slot.lora_tag;
+        if self.prompt_cache.holds(&tokens, tag) {
             return;
         }
         let Ok(cells) = kv::save(&self.ctx, slot.seq) else { return };
         if let Ok(layout) = cells.check(n) {
             let held = self.prompt_cache.stats().bytes + cells.len();
-            self.prompt_cache.insert(tokens, cells, layout.windowed);
+            self.prompt_cache.insert(tokens, cells, layout.windowed, tag);
             // States it replaced or pushed out are megabytes each: give them back.
             crate::engine::memory::release_after(held.saturating_sub(self.prompt_cache.stats().bytes));
         }
@@ -192,13 +207,14 @@ impl Worker<'_> {
                 continue;
             };
             let prompt = ids(r.prompt());
+            let tag = r.lora_tag();
             let donor = &self.slots[w.donor];
             let evaluating = donor.is_prefilling() && donor.request.as_ref().is_some_and(|d| d.id() == w.donor_id);
             if evaluating && donor.reusable().len() < w.n {
                 continue;
             }
             self.slots[i].wait = None;
-            let n = self.fill(i, &prompt, true);
+            let n = self.fill(i, &prompt, true, tag);
             if let Some(r) = self.slots[i].request.as_mut() {
                 r.set_reused(n);
             }

@@ -60,6 +60,7 @@ impl Worker<'_> {
         }
         self.build(&mut plan)?;
         self.apply_threads();
+        self.apply_loras()?;
         let t = Instant::now();
         self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
         let step_ms = ms(t);
