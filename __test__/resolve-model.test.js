@@ -33,6 +33,8 @@ const REPOS = {
   },
   'me/liar': { files: { 'liar-Q4_K_M.gguf': { data: bytes(50_000, 7), oid: sha(Buffer.from('something else')) } } },
   'me/secret': { private: true, files: { 'secret-Q4_K_M.gguf': { data: bytes(40_000, 8) } } },
+  // A real GGUF (the test LoRA adapter `npm run models` writes), for inspect.
+  'me/adapter': { files: { 'smol-lora.gguf': { data: fs.readFileSync(path.join(__dirname, '..', 'models', 'SmolLM2-135M-Instruct.lora-test.gguf')) } } },
 }
 
 let server
@@ -264,4 +266,70 @@ test('llama-engine pull URI: a line per 10 % off a TTY, the path on stdout; erro
   expect(missing.code).toBe(1)
   expect(missing.stderr).toMatch(/^error MODEL_LOAD_FAILED: me\/nothing: no such repository/)
   expect((await run([])).code).toBe(2)
+})
+
+describe('llama-engine inspect', () => {
+  const { execFile } = require('node:child_process')
+  const cli = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
+  const run = (args) =>
+    new Promise((resolve) => {
+      execFile(process.execPath, [cli, 'inspect', ...args], { env: { ...process.env, HF_ENDPOINT: base } }, (err, stdout, stderr) =>
+        resolve({ code: err ? err.code : 0, stdout, stderr }),
+      )
+    })
+  const SMOL = path.join(__dirname, '..', 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf')
+
+  test("a model: what it holds, and the memory of a context as llama.cpp sizes it, without loading the weights", async () => {
+    const json = await run([SMOL, '--json', '--ctx', '1024', '--parallel', '2'])
+    expect(json.code).toBe(0)
+    const info = JSON.parse(json.stdout)
+    expect(info).toMatchObject({
+      kind: 'model',
+      architecture: 'llama',
+      quantization: 'Q4_1',
+      layers: 30,
+      embeddingLength: 576,
+      heads: 9,
+      kvHeads: 3,
+      vocabSize: 49152,
+      contextLength: 8192,
+      chatTemplate: true,
+      toolCallFormat: expect.any(String),
+      fileBytes: fs.statSync(SMOL).size,
+    })
+    expect(info.parameters).toBeGreaterThan(130e6)
+    expect(info.parameters).toBeLessThan(140e6)
+    const m = info.memory
+    expect(m).toMatchObject({ contextSize: 1024, parallel: 2, fits: true })
+    // An F16 K and V row of kvHeads × head size per layer and cell.
+    expect(m.kvCache).toBe(30 * 2 * 3 * (576 / 9) * 1024 * 2 * 2)
+    const tensorBytes = info.tensorTypes.reduce((a, t) => a + t.bytes, 0)
+    expect(Math.abs(m.weights - tensorBytes) / tensorBytes).toBeLessThan(0.05)
+    expect(m.compute).toBeGreaterThan(0)
+    expect(m.total).toBe(m.weights + m.kvCache + m.compute)
+    // Twice the context: twice the KV cache.
+    const twice = JSON.parse((await run([SMOL, '--json', '--ctx', '2048', '--parallel', '2'])).stdout)
+    expect(twice.memory.kvCache).toBe(2 * m.kvCache)
+
+    const text = await run([SMOL, '--ctx', '1024'])
+    expect(text.code).toBe(0)
+    expect(text.stdout).toMatch(/^architecture: +llama/m)
+    expect(text.stdout).toMatch(/^quantization: +Q4_1/m)
+    expect(text.stdout).toMatch(/^memory: +[\d.]+ MiB for 1024 tokens × 4 slots: weights/m)
+    expect(text.stdout).toMatch(/^available: .*fits/m)
+  })
+
+  test('an adapter by hf: URI; a damaged file and a missing one are refused', async () => {
+    const cacheDir = tmp()
+    const adapter = await run(['hf:me/adapter/smol-lora.gguf', '--json', '--cache-dir', cacheDir])
+    expect(adapter.code).toBe(0)
+    expect(JSON.parse(adapter.stdout)).toMatchObject({ kind: 'adapter', architecture: 'llama', adapterType: 'lora', rank: 8, alpha: 16, tensors: 120 })
+    const cut = path.join(cacheDir, 'cut.gguf')
+    fs.writeFileSync(cut, fs.readFileSync(SMOL).subarray(0, 1 << 20))
+    const damaged = await run([cut])
+    expect(damaged.code).toBe(1)
+    expect(damaged.stderr).toMatch(/^error MODEL_LOAD_FAILED: .*cut\.gguf/)
+    expect((await run([path.join(cacheDir, 'none.gguf')])).code).toBe(1)
+    expect((await run([])).code).toBe(2)
+  })
 })

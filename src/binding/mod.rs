@@ -498,6 +498,32 @@ pub fn quantize_model(input: String, output: String, ftype: String) -> AsyncTask
     AsyncTask::new(Off(QuantizeTask { input, output, ftype }))
 }
 
+pub struct InspectTask {
+    options: EngineOptions,
+}
+
+impl EngineTask for InspectTask {
+    type Output = Value;
+    type JsValue = String;
+
+    fn run(&mut self) -> EngineResult<Value> {
+        crate::engine::inspect::inspect(&self.options)
+    }
+
+    fn to_js(&mut self, _env: &Env, v: Value) -> Result<String> {
+        Ok(v.to_string())
+    }
+}
+
+/// Describes the GGUF at `optionsJson`'s `modelPath` (a model or a LoRA
+/// adapter) and the memory a context of its `contextSize` and `parallel`
+/// would take, without loading the weights; resolves with JSON.
+#[napi(ts_return_type = "Promise<string>")]
+pub fn inspect_model(env: &Env, options_json: String) -> Result<AsyncTask<Off<InspectTask>>> {
+    let options = or_throw(env, parse_json(&options_json, "options").and_then(|v| parse_engine_options(&v)))?;
+    Ok(AsyncTask::new(Off(InspectTask { options })))
+}
+
 /// `status().gpu`: the devices of the GPU back end, how many layers of each
 /// model are on one, and why none are when none are.
 fn gpu_status(info: &crate::engine::model::ModelInfo) -> Value {

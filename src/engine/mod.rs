@@ -39,6 +39,7 @@ pub mod draft_model;
 pub mod embed;
 pub mod ggml_setup;
 pub mod gpu;
+pub mod inspect;
 pub mod kv;
 pub mod llama_log;
 mod lora;
