@@ -15,13 +15,17 @@ const { tinyModel, damagedFiles, readGguf } = require('./gguf')
 
 const CHILD = path.join(__dirname, 'fixtures', 'load-child.js')
 
-/** Loads each file in a child process; a child that dies is restarted after the file it died on. */
-async function loadEach(files) {
+/**
+ * Loads each file in a child process (as a LoRA adapter over `loraBase`
+ * when given); a child that dies is restarted after the file it died on.
+ */
+async function loadEach(files, loraBase) {
   const results = new Map()
   let todo = files.slice()
   while (todo.length > 0) {
     const { stdout, code, signal, stderr } = await new Promise((resolve) => {
-      const child = spawn(process.execPath, [CHILD, ...todo], { stdio: ['ignore', 'pipe', 'pipe'] })
+      const env = loraBase ? { ...process.env, LORA_BASE: loraBase } : process.env
+      const child = spawn(process.execPath, [CHILD, ...todo], { stdio: ['ignore', 'pipe', 'pipe'], env })
       let stdout = ''
       let stderr = ''
       child.stdout.on('data', (d) => (stdout += d))
@@ -87,6 +91,48 @@ describe('damaged model files', () => {
       for (const f of files) fs.rmSync(f)
     }, 600_000)
   }
+
+  test('damaged and hostile LoRA adapters: 0 crashes, every refusal names the adapter and its cause', async () => {
+    const ADAPTER = path.join(__dirname, '..', 'models', 'SmolLM2-135M-Instruct.lora-test.gguf')
+    const g = readGguf(ADAPTER)
+    const whole = fs.readFileSync(ADAPTER)
+    const kv = (key) => g.kvs.find((k) => k.key === key)
+    // Hostile but well-formed: values of the wrong type, a tensor renamed to a
+    // weight the model lacks, a lora_a swapped for a lora_b's shape.
+    const replaced = (at, text) => () => {
+      const b = Buffer.from(whole)
+      Buffer.from(text).copy(b, at)
+      return b
+    }
+    const tensorName = g.tensors[0].at + 8 // after its length
+    const hostile = [
+      { name: 'general.type not adapter', write: (f) => fs.writeFileSync(f, replaced(kv('general.type').valueAt + 8, 'model!!')()) },
+      { name: 'adapter.type not lora', write: (f) => fs.writeFileSync(f, replaced(kv('adapter.type').valueAt + 8, 'xora')()) },
+      { name: 'a weight the model lacks', write: (f) => fs.writeFileSync(f, replaced(tensorName, 'bla')()) },
+    ]
+    const cases = [{ name: 'undamaged', write: (f) => fs.copyFileSync(ADAPTER, f) }, ...hostile, ...damagedFiles(ADAPTER, { ...size, seed: 3 })]
+    const files = cases.map((c, i) => {
+      const f = path.join(dir, `lora-${i}.gguf`)
+      c.write(f)
+      return f
+    })
+    const results = await loadEach(files, TARGET)
+    const crashes = []
+    const unnamed = []
+    cases.forEach((c, i) => {
+      const r = results.get(files[i])
+      if (!r || r.crashed !== undefined) return crashes.push(`${c.name}: ${r ? `${r.crashed} ${r.stderr}` : 'no result'}`)
+      if (r.ok) return
+      if (r.code !== 'MODEL_LOAD_FAILED' || !r.message.startsWith(`loras[0] ${files[i]}: `) || /no reason/.test(r.message)) {
+        unnamed.push(`${c.name}: ${r.code} ${r.message}`)
+      }
+    })
+    expect(crashes).toEqual([])
+    expect(unnamed).toEqual([])
+    expect(results.get(files[0]).ok).toBe(true)
+    for (let i = 1; i <= hostile.length; i++) expect({ name: cases[i].name, ok: results.get(files[i]).ok }).toEqual({ name: cases[i].name, ok: undefined })
+    for (const f of files) fs.rmSync(f)
+  }, 600_000)
 
   test('the real fixtures with a layer count of 0 and 100000 (an assert in llama.cpp) are refused by name', async () => {
     const g = readGguf(TARGET)
