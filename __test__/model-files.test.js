@@ -110,7 +110,8 @@ describe('damaged model files', () => {
       { name: 'adapter.type not lora', write: (f) => fs.writeFileSync(f, replaced(kv('adapter.type').valueAt + 8, 'xora')()) },
       { name: 'a weight the model lacks', write: (f) => fs.writeFileSync(f, replaced(tensorName, 'bla')()) },
     ]
-    const cases = [{ name: 'undamaged', write: (f) => fs.copyFileSync(ADAPTER, f) }, ...hostile, ...damagedFiles(ADAPTER, { ...size, seed: 3 })]
+    const loraSize = matrix(size, { truncations: 8, flips: 16 })
+    const cases = [{ name: 'undamaged', write: (f) => fs.copyFileSync(ADAPTER, f) }, ...hostile, ...damagedFiles(ADAPTER, { ...loraSize, seed: 3 })]
     const files = cases.map((c, i) => {
       const f = path.join(dir, `lora-${i}.gguf`)
       c.write(f)
