@@ -3,16 +3,30 @@
 // The request becomes one chat request of the engine; the result and the
 // token events become Anthropic's message and its event stream, as
 // @anthropic-ai/sdk's MessageStream and Claude Code read them. Errors are
-// in Anthropic's shape (the dispatcher does that for this module's routes).
+// in Anthropic's shape (errorBody), on every path under /v1/messages.
 
-const { randomBytes } = require('node:crypto')
-const { invalid, anthropicErrorBody, sourcedMessages } = require('./errors.js')
-const { passthrough } = require('./openai-chat.js')
+const { invalid } = require('./errors.js')
+const { isObject, newId, passthrough, sourcedMessages } = require('./util.js')
 
 const PASSTHROUGH = passthrough(['prompt', 'messages', 'n_predict', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format', 'chat_template_kwargs'])
 
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v)
-const newId = (prefix) => `${prefix}_${randomBytes(12).toString('hex')}`
+const ERROR_TYPES = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  408: 'timeout_error',
+  413: 'request_too_large',
+  429: 'rate_limit_error',
+  503: 'overloaded_error',
+  529: 'overloaded_error',
+}
+
+/** `{ type: "error", error: { type, message } }`, the type from the status as Anthropic names it. */
+function errorBody(e) {
+  const type = ERROR_TYPES[e.status] ?? (e.status < 500 ? 'invalid_request_error' : 'api_error')
+  return { type: 'error', error: { type, message: e.message } }
+}
 
 /** One block's text; blocks a text-only model cannot read are refused (user turns) or named (tool results). */
 function blockText(block, here, images) {
@@ -128,7 +142,7 @@ function toolChoiceOf(choice) {
 }
 
 /** The engine request of a Messages body (`count` for count_tokens: no max_tokens needed). */
-function toEngine(body, { count = false } = {}) {
+function engineRequest(body, { count = false } = {}) {
   const { messages, origins: messageOrigins } = messagesOf(body)
   const { tools, origins: toolOrigins } = toolsOf(body)
   const request = { messages }
@@ -218,15 +232,17 @@ function contentOf(result) {
 class MessageEvents {
   #sse
   #head
-  #inputTokens
+  #body
+  #inputTokens // the prompt's size as estimated before generating
   #started = false
   #index = -1
   #open = null // 'thinking' | 'text' | 'tool_use'
   #calls = new Map() // the engine's tool-call index -> block index
 
-  constructor(sse, head, inputTokens) {
+  constructor(sse, head, body, inputTokens) {
     this.#sse = sse
     this.#head = head
+    this.#body = body
     this.#inputTokens = inputTokens
   }
 
@@ -244,7 +260,7 @@ class MessageEvents {
       content: [],
       stop_reason: null,
       stop_sequence: null,
-      usage: { input_tokens: this.#inputTokens(), output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
+      usage: { input_tokens: this.#inputTokens, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
     }
     this.#emit('message_start', { message })
     this.#emit('ping', {})
@@ -265,7 +281,9 @@ class MessageEvents {
     this.#open = null
   }
 
-  token(event) {
+  /** One event of the engine: its token events become the stream's. */
+  event(event) {
+    if (event.type !== 'token') return
     this.#start()
     if (event.reasoning) {
       if (this.#open !== 'thinking') this.#block('thinking', { type: 'thinking', thinking: '', signature: '' })
@@ -285,54 +303,49 @@ class MessageEvents {
     }
   }
 
-  done(result, body) {
+  /** The engine's result: the open block closed, then message_delta and message_stop. */
+  end(result) {
     this.#start()
     this.#close()
     // The final counts: input_tokens and cache reads as measured, not as estimated at the start.
-    this.#emit('message_delta', { delta: stopOf(result, body), usage: usageOf(result) })
+    this.#emit('message_delta', { delta: stopOf(result, this.#body), usage: usageOf(result) })
     this.#emit('message_stop', {})
   }
 
-  fail(e, body) {
+  /** A failure after the stream started: an `error` event in Anthropic's shape. */
+  fail(e) {
     this.#start()
-    this.#emit('error', { error: body(e).error })
+    this.#emit('error', { error: errorBody(e).error })
   }
 }
 
-async function messages(ctx) {
-  const body = await ctx.body()
-  const { request, paramOf } = toEngine(body)
-  ctx.paramOf = paramOf
-  const head = { id: newId('msg'), model: ctx.modelName() }
-  if (body.stream !== true) {
-    const result = await ctx.generate(request)
-    ctx.json(200, { ...head, type: 'message', role: 'assistant', content: contentOf(result), ...stopOf(result, body), usage: usageOf(result) })
-    return
-  }
-  // message_start carries the prompt's size before any token: estimated
-  // here (the exact count comes with message_delta at the end).
-  const estimate = await promptTokens(ctx.engine, request).catch(() => 0)
-  const sse = ctx.sse()
-  const events = new MessageEvents(sse, head, () => estimate)
-  ctx.onStreamError = (e) => events.fail(e, anthropicErrorBody)
-  const result = await ctx.generate(request, (event) => {
-    if (event.type === 'token') events.token(event)
-  })
-  events.done(result, body)
-  sse.end()
+/** POST /v1/messages: the generation route. */
+const messages = {
+  toEngine(body, ctx) {
+    const { request, paramOf } = engineRequest(body)
+    return { request, paramOf, body, head: { id: newId('msg'), model: ctx.modelName() } }
+  },
+  reply: (result, { body, head }) => ({ ...head, type: 'message', role: 'assistant', content: contentOf(result), ...stopOf(result, body), usage: usageOf(result) }),
+  async streamEvents({ request, body, head }, sse, ctx) {
+    // message_start carries the prompt's size before any token: estimated
+    // here (the exact count comes with message_delta at the end).
+    const estimate = await promptTokens(ctx.engine, request).catch(() => 0)
+    return new MessageEvents(sse, head, body, estimate)
+  },
 }
 
 async function countTokens(ctx) {
   const body = await ctx.body()
-  const { request, paramOf } = toEngine(body, { count: true })
+  const { request, paramOf } = engineRequest(body, { count: true })
   ctx.paramOf = paramOf
   ctx.json(200, { input_tokens: await promptTokens(ctx.engine, request) })
 }
 
 module.exports = {
+  errorBody,
+  prefix: '/v1/messages',
   routes: {
     'POST /v1/messages': messages,
     'POST /v1/messages/count_tokens': countTokens,
   },
-  toEngine,
 }

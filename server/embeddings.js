@@ -2,7 +2,7 @@
 // OpenAI's embeddings: POST /v1/embeddings (alias /embeddings) over
 // engine.embed(input, { normalize, truncate }).
 
-const { invalid } = require('./errors.js')
+const { invalid, openaiErrorBody } = require('./errors.js')
 
 const isTokens = (v) => Array.isArray(v) && v.length > 0 && v.every(Number.isInteger)
 
@@ -74,6 +74,7 @@ async function embeddings(ctx) {
 }
 
 module.exports = {
+  errorBody: openaiErrorBody,
   routes: {
     'POST /v1/embeddings': embeddings,
     'POST /embeddings': embeddings,

@@ -1,19 +1,8 @@
 'use strict'
 // Errors as every endpoint answers them: one ApiError (an HTTP status, a
-// type, a stable code and the request field at fault), written in OpenAI's
-// shape or Anthropic's by the endpoint's protocol.
-
-const ANTHROPIC_TYPES = {
-  400: 'invalid_request_error',
-  401: 'authentication_error',
-  403: 'permission_error',
-  404: 'not_found_error',
-  408: 'timeout_error',
-  413: 'request_too_large',
-  429: 'rate_limit_error',
-  503: 'overloaded_error',
-  529: 'overloaded_error',
-}
+// type, a stable code and the request field at fault), written by the
+// endpoint's protocol in its own shape (its `errorBody`); OpenAI's shape is
+// here, the one every protocol but Anthropic's uses.
 
 class ApiError extends Error {
   /**
@@ -67,26 +56,4 @@ function openaiErrorBody(e) {
   return { error: { message: e.message, type: e.type, param: e.param, code: e.code } }
 }
 
-/** `{ type: "error", error: { type, message } }`, the type from the status as Anthropic names it. */
-function anthropicErrorBody(e) {
-  const type = ANTHROPIC_TYPES[e.status] ?? (e.status < 500 ? 'invalid_request_error' : 'api_error')
-  return { type: 'error', error: { type, message: e.message } }
-}
-
-/**
- * Chat messages built from a request, each with where it came from in that
- * request (`messages.2`, `input[3]`), so an engine error naming
- * `messages[i]` can name the client's field instead.
- */
-function sourcedMessages() {
-  const messages = []
-  const origins = []
-  const push = (message, origin) => {
-    messages.push(message)
-    origins.push(origin)
-    return message
-  }
-  return { messages, origins, push }
-}
-
-module.exports = { ApiError, invalid, toApiError, openaiErrorBody, anthropicErrorBody, sourcedMessages }
+module.exports = { ApiError, invalid, toApiError, openaiErrorBody }

@@ -1,19 +1,17 @@
 'use strict'
-// The server's core, whatever carries the requests: routing, the API key,
-// CORS, readiness, the admission queue, metrics, errors in each protocol's
-// shape, and shutdown. createHandler and createFetchHandler (index.js) wrap
-// it for node:http and for fetch-style frameworks.
+// The server's core, whatever carries the requests: routing (to the
+// protocols of protocols.js), the API key, CORS, readiness, the admission
+// queue, metrics, errors in each protocol's shape, and shutdown.
+// createHandler and createFetchHandler (index.js) wrap it for node:http and
+// for fetch-style frameworks.
 
 const { performance } = require('node:perf_hooks')
-const { ApiError, toApiError, openaiErrorBody, anthropicErrorBody } = require('./errors.js')
+const { ApiError, toApiError, openaiErrorBody } = require('./errors.js')
 const { readJson, readJsonValue, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
 const { AdmissionQueue } = require('./queue.js')
 const { Metrics } = require('./metrics.js')
-const chat = require('./openai-chat.js')
-const llama = require('./llama.js')
-const responses = require('./responses.js')
-const anthropic = require('./anthropic.js')
-const embeddings = require('./embeddings.js')
+const { ROUTES, PATHS: ROUTE_PATHS, protocolOf } = require('./protocols.js')
+const { anySignal } = require('./util.js')
 
 const DEFAULTS = {
   apiKey: undefined,
@@ -27,20 +25,6 @@ const DEFAULTS = {
 }
 
 /** The options with their defaults, checked. */
-/** `AbortSignal.any` (Node >= 20.3), or the same made by hand on Node 18. */
-function anySignal(signals) {
-  if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals)
-  const ac = new AbortController()
-  for (const s of signals) {
-    if (s.aborted) {
-      ac.abort(s.reason)
-      break
-    }
-    s.addEventListener('abort', () => ac.abort(s.reason), { once: true })
-  }
-  return ac.signal
-}
-
 function serverOptions(options = {}) {
   if (options === null || typeof options !== 'object') throw new TypeError('options: expected an object')
   const o = { ...DEFAULTS }
@@ -52,18 +36,7 @@ function serverOptions(options = {}) {
   return o
 }
 
-// Routes: "METHOD /path" -> { run(ctx), protocol } (the protocol shapes errors).
-const ROUTES = new Map()
-for (const [mod, protocol] of [
-  [chat, 'openai'],
-  [llama, 'openai'],
-  [responses, 'openai'],
-  [embeddings, 'openai'],
-  [anthropic, 'anthropic'],
-]) {
-  for (const [key, run] of Object.entries(mod.routes)) ROUTES.set(key, { run, protocol })
-}
-const PATHS = new Set([...ROUTES.keys()].map((k) => k.slice(k.indexOf(' ') + 1)).concat(['/health', '/metrics']))
+const PATHS = new Set([...ROUTE_PATHS, '/health', '/metrics'])
 
 const LIST_SLICE = 1 << 15
 
@@ -182,7 +155,8 @@ function createCore(engineOrPromise, options) {
     const route = ROUTES.get(key)
     const known = PATHS.has(exchange.path)
     let endpoint = known ? exchange.path : 'other'
-    let protocol = route?.protocol ?? (exchange.path.startsWith('/v1/messages') ? 'anthropic' : 'openai')
+    // The protocol shapes the errors: the route's, else the one claiming the path.
+    const protocol = route?.protocol ?? protocolOf(exchange.path)
     const ctx = {
       engine: null,
       started,
@@ -279,7 +253,7 @@ function createCore(engineOrPromise, options) {
         }
         return
       }
-      const body = protocol === 'anthropic' ? anthropicErrorBody(e) : openaiErrorBody(e)
+      const body = protocol.errorBody(e)
       const headers = { 'Content-Type': 'application/json; charset=utf-8', ...cors, ...e.headers }
       // Clients retry 5xx, 408 and 429 on their own; a mistake in the request will not get better.
       if (e.status < 500 && e.status !== 408 && e.status !== 429) headers['x-should-retry'] = 'false'

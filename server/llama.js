@@ -4,7 +4,8 @@
 // GET|POST /lora-adapters in llama.cpp's shapes.
 
 const { requestFields } = require('../index.js')
-const { ApiError, invalid } = require('./errors.js')
+const { ApiError, invalid, openaiErrorBody } = require('./errors.js')
+const { isObject } = require('./util.js')
 
 const PACKAGE_VERSION = require('../package.json').version
 // The llama.cpp the addon is built from: the llama-cpp-sys-2 crate's version.
@@ -120,7 +121,7 @@ async function setLoraAdapters(ctx) {
   const scales = new Map(adapters.map(({ id }) => [id, 0]))
   const ids = adapters.length ? `ids: ${adapters.map(({ id }) => id).join(', ')}` : 'none is loaded'
   body.forEach((entry, i) => {
-    if (entry === null || typeof entry !== 'object' || Array.isArray(entry)) throw invalid(`[${i}]`, 'expected an object { id, scale }')
+    if (!isObject(entry)) throw invalid(`[${i}]`, 'expected an object { id, scale }')
     if (!Number.isInteger(entry.id) || !scales.has(entry.id)) throw invalid(`[${i}].id`, `no LoRA adapter has id ${JSON.stringify(entry.id)} (${ids})`)
     if (typeof entry.scale !== 'number' || !Number.isFinite(entry.scale) || Math.abs(entry.scale) > MAX_LORA_SCALE) {
       const got = typeof entry.scale === 'number' ? String(entry.scale) : JSON.stringify(entry.scale) ?? 'nothing'
@@ -138,23 +139,23 @@ function probabilities(tokens) {
   return tokens.map((t) => ({ content: t.piece, probs: (t.probs || []).map((p) => ({ tok_str: p.piece, prob: p.prob })) }))
 }
 
-async function completion(ctx) {
-  const { stream, ...request } = await ctx.body()
-  if (stream !== true) {
-    ctx.json(200, await ctx.generate(request))
-    return
-  }
-  const sse = ctx.sse()
-  ctx.onStreamError = (e) => sse.send({ error: { message: e.message, type: e.type, param: e.param, code: e.code } })
-  await ctx.generate(request, (event) => {
-    if (event.type === 'token') {
-      const completion_probabilities = probabilities(event.tokens)
-      sse.send({ ...event, stop: false, ...(completion_probabilities ? { completion_probabilities } : {}) })
-    } else {
-      sse.send(event) // done: the whole result, stop: true
-    }
-  })
-  sse.end()
+/** POST /completion: the engine's own request fields, and its result and events as they are. */
+const completion = {
+  // `stream` is the skeleton's to read; every other field is the engine's.
+  toEngine: ({ stream, ...request }) => ({ request }),
+  reply: (result) => result,
+  streamEvents: (turn, sse) => ({
+    event(event) {
+      if (event.type === 'token') {
+        const completion_probabilities = probabilities(event.tokens)
+        sse.send({ ...event, stop: false, ...(completion_probabilities ? { completion_probabilities } : {}) })
+      } else {
+        sse.send(event) // done: the whole result, stop: true
+      }
+    },
+    end() {},
+    fail: (e) => sse.send(openaiErrorBody(e)),
+  }),
 }
 
 async function tokenize(ctx) {
@@ -176,6 +177,7 @@ async function detokenize(ctx) {
 }
 
 module.exports = {
+  errorBody: openaiErrorBody,
   routes: {
     'POST /completion': completion,
     'POST /completions': completion,

@@ -4,21 +4,14 @@
 // the engine's, results and events shaped as OpenAI's answers and chunks.
 
 const { randomUUID } = require('node:crypto')
-const { requestFields } = require('../index.js')
-const { invalid } = require('./errors.js')
+const { invalid, openaiErrorBody } = require('./errors.js')
+const { isObject, passthrough } = require('./util.js')
 
-// Engine fields a client may send beside OpenAI's, as llama.cpp's server
-// allows: every request field of the engine (its own list) that OpenAI's
-// names do not already map. Those OpenAI shares (temperature, top_p, seed,
-// the penalties, stop, tools, response_format) pass through the same way;
-// the engine checks them.
-function passthrough(except) {
-  const skip = new Set(except)
-  return requestFields.map((f) => f.name).filter((name) => !skip.has(name))
-}
+// Engine fields a client may send beside OpenAI's: every one OpenAI's names
+// do not already map. Those OpenAI shares (temperature, top_p, seed, the
+// penalties, stop, tools, response_format) pass through the same way; the
+// engine checks them.
 const PASSTHROUGH = passthrough(['prompt', 'messages', 'logit_bias'])
-
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v)
 
 /** The engine request fields shared by both endpoints. */
 function commonFields(body) {
@@ -121,50 +114,59 @@ function usage(result) {
   }
 }
 
-/** /v1/chat/completions ('chat') and /v1/completions ('text'): one engine request, OpenAI's shapes around it. */
-async function openaiCompletion(kind, ctx) {
-  const body = await ctx.body()
-  const request = kind === 'chat' ? chatRequest(body) : completionRequest(body)
-  ctx.paramOf = chatParam
-  const head = { id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: ctx.modelName() }
-  const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
-  const chunk = ({ delta, text, finish_reason = null, usage: u }) => {
-    const c = { ...head, object, choices: [] }
-    if (delta) c.choices.push({ index: 0, delta, logprobs: null, finish_reason })
-    if (text != null) c.choices.push({ index: 0, text, logprobs: null, finish_reason })
-    if (u) c.usage = u
-    return c
-  }
-  if (body.stream !== true) {
-    const result = await ctx.generate(request)
-    const choice =
-      kind === 'chat'
+/**
+ * The generation route of /v1/chat/completions ('chat') and /v1/completions
+ * ('text'): one engine request, OpenAI's shapes around it.
+ */
+function completionRoute(kind) {
+  const chat = kind === 'chat'
+  return {
+    toEngine(body, ctx) {
+      const request = chat ? chatRequest(body) : completionRequest(body)
+      const head = { id: `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: ctx.modelName() }
+      return { request, paramOf: chatParam, body, head }
+    },
+    reply(result, { head }) {
+      const choice = chat
         ? { index: 0, message: chatMessage(result), logprobs: null, finish_reason: finishReason(result) }
         : { index: 0, text: result.content, logprobs: null, finish_reason: finishReason(result) }
-    ctx.json(200, { ...head, object: kind === 'chat' ? 'chat.completion' : 'text_completion', choices: [choice], usage: usage(result) })
-    return
+      return { ...head, object: chat ? 'chat.completion' : 'text_completion', choices: [choice], usage: usage(result) }
+    },
+    streamEvents({ body, head }, sse) {
+      const object = chat ? 'chat.completion.chunk' : 'text_completion'
+      const chunk = ({ delta, text, finish_reason = null, usage: u }) => {
+        const c = { ...head, object, choices: [] }
+        if (delta) c.choices.push({ index: 0, delta, logprobs: null, finish_reason })
+        if (text != null) c.choices.push({ index: 0, text, logprobs: null, finish_reason })
+        if (u) c.usage = u
+        return c
+      }
+      let first = true
+      const role = () => {
+        if (first && chat) sse.send(chunk({ delta: { role: 'assistant', content: '' } }))
+        first = false
+      }
+      return {
+        event(event) {
+          if (event.type !== 'token') return
+          const fields = chat ? { delta: chatDelta(event) } : { text: event.content || null }
+          if (!fields.delta && !fields.text) return
+          role()
+          sse.send(chunk(fields))
+        },
+        end(result) {
+          role()
+          sse.send(chunk({ ...(chat ? { delta: {} } : { text: '' }), finish_reason: finishReason(result) }))
+          if (body.stream_options?.include_usage === true) sse.send(chunk({ usage: usage(result) }))
+          sse.send('[DONE]')
+        },
+        fail: (e) => sse.send(openaiErrorBody(e)),
+      }
+    },
   }
-  const sse = ctx.sse()
-  // An error after the stream started is its last event, in OpenAI's error shape.
-  ctx.onStreamError = (e) => sse.send({ error: { message: e.message, type: e.type, param: e.param, code: e.code } })
-  let first = true
-  const role = () => {
-    if (first && kind === 'chat') sse.send(chunk({ delta: { role: 'assistant', content: '' } }))
-    first = false
-  }
-  const result = await ctx.generate(request, (event) => {
-    if (event.type !== 'token') return
-    const fields = kind === 'chat' ? { delta: chatDelta(event) } : { text: event.content || null }
-    if (!fields.delta && !fields.text) return
-    role()
-    sse.send(chunk(fields))
-  })
-  role()
-  sse.send(chunk({ ...(kind === 'chat' ? { delta: {} } : { text: '' }), finish_reason: finishReason(result) }))
-  if (body.stream_options?.include_usage === true) sse.send(chunk({ usage: usage(result) }))
-  sse.send('[DONE]')
-  sse.end()
 }
+
+const chatCompletion = completionRoute('chat')
 
 function models(ctx) {
   const id = ctx.modelName()
@@ -174,13 +176,12 @@ function models(ctx) {
 }
 
 module.exports = {
+  errorBody: openaiErrorBody,
   routes: {
     'GET /v1/models': models,
     'GET /models': models,
-    'POST /v1/chat/completions': (ctx) => openaiCompletion('chat', ctx),
-    'POST /chat/completions': (ctx) => openaiCompletion('chat', ctx),
-    'POST /v1/completions': (ctx) => openaiCompletion('text', ctx),
+    'POST /v1/chat/completions': chatCompletion,
+    'POST /chat/completions': chatCompletion,
+    'POST /v1/completions': completionRoute('text'),
   },
-  passthrough,
-  usage,
 }

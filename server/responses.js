@@ -6,9 +6,8 @@
 // official client's ResponseStream, the Agents SDK, the AI SDK and Codex
 // assemble them.
 
-const { randomBytes } = require('node:crypto')
-const { invalid, sourcedMessages } = require('./errors.js')
-const { passthrough } = require('./openai-chat.js')
+const { invalid, openaiErrorBody } = require('./errors.js')
+const { isObject, newId, passthrough, sourcedMessages } = require('./util.js')
 
 // Engine fields this endpoint sets itself; the engine's others (top_k,
 // seed, stop, …) may be sent beside the Responses fields, as on the chat endpoint.
@@ -25,9 +24,6 @@ const PASSTHROUGH = passthrough([
 
 // Output items a client may send back that carry nothing for a local model.
 const DROPPED_ITEMS = new Set(['web_search_call', 'file_search_call', 'image_generation_call', 'code_interpreter_call', 'compaction', 'mcp_list_tools'])
-
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v)
-const newId = (prefix) => `${prefix}_${randomBytes(12).toString('hex')}`
 
 /** The text of a message's content: a string, or text parts (input_text, output_text, refusal). */
 function contentText(content, at) {
@@ -231,7 +227,7 @@ function responseFormatOf(format) {
 }
 
 /** The Responses body -> the engine's request, the namespace map, and how to name an engine field. */
-function toEngine(body) {
+function engineRequest(body) {
   if (typeof body.previous_response_id === 'string' && body.previous_response_id !== '') {
     throw invalid(
       'previous_response_id',
@@ -281,6 +277,9 @@ function toEngine(body) {
 }
 
 // ---- output -------------------------------------------------------------
+
+/** The tokens of an event that only reasons (those the Response counts as reasoning_tokens). */
+const reasoningTokensOf = (event) => (event.reasoning && !event.content && !event.tool_calls?.length ? event.tokens.length : 0)
 
 function usageOf(result, reasoningTokens) {
   return {
@@ -474,14 +473,15 @@ class ResponseEvents {
     this.#emit('response.output_item.done', { output_index: index, item: done })
   }
 
-  /** One token event of the engine. */
-  token(event) {
+  /** One event of the engine: its token events become the stream's. */
+  event(event) {
+    if (event.type !== 'token') return
     this.#start()
     if (event.reasoning) {
       const o = this.#openReasoning()
       o.text += event.reasoning
       this.#emit('response.reasoning_summary_text.delta', { item_id: o.item.id, output_index: o.index, summary_index: 0, delta: event.reasoning })
-      if (!event.content && !event.tool_calls?.length) this.reasoningTokens += event.tokens.length
+      this.reasoningTokens += reasoningTokensOf(event)
     }
     if (event.content) {
       const o = this.#openMessage()
@@ -504,7 +504,7 @@ class ResponseEvents {
   }
 
   /** The engine's result: the open item closed, then response.completed (or .incomplete) with everything. */
-  done(result) {
+  end(result) {
     this.#start()
     const { status, incomplete } = ending(result)
     // The result's calls are the final word on their arguments.
@@ -527,34 +527,27 @@ class ResponseEvents {
   }
 }
 
-async function responses(ctx) {
-  const body = await ctx.body()
-  const { request, names, paramOf } = toEngine(body)
-  ctx.paramOf = paramOf
-  const head = { id: newId('resp'), created_at: Math.floor(Date.now() / 1000), model: ctx.modelName() }
-  if (body.stream !== true) {
-    let reasoningTokens = 0
-    const result = await ctx.generate(request, (event) => {
-      if (event.type === 'token' && event.reasoning && !event.content && !event.tool_calls?.length) reasoningTokens += event.tokens.length
-    })
+/** POST /v1/responses: the generation route. */
+const responses = {
+  toEngine(body, ctx) {
+    const { request, names, paramOf } = engineRequest(body)
+    const head = { id: newId('resp'), created_at: Math.floor(Date.now() / 1000), model: ctx.modelName() }
+    return { request, paramOf, names, body, head, reasoningTokens: 0 }
+  },
+  observe(event, turn) {
+    if (event.type === 'token') turn.reasoningTokens += reasoningTokensOf(event)
+  },
+  reply(result, { names, body, head, reasoningTokens }) {
     const { status, incomplete } = ending(result)
-    ctx.json(200, responseObject(head, body, { status, incomplete, output: outputOf(result, names), usage: usageOf(result, reasoningTokens) }))
-    return
-  }
-  const sse = ctx.sse()
-  const events = new ResponseEvents(sse, head, body, names)
-  ctx.onStreamError = (e) => events.fail(e)
-  const result = await ctx.generate(request, (event) => {
-    if (event.type === 'token') events.token(event)
-  })
-  events.done(result)
-  sse.end()
+    return responseObject(head, body, { status, incomplete, output: outputOf(result, names), usage: usageOf(result, reasoningTokens) })
+  },
+  streamEvents: ({ body, head, names }, sse) => new ResponseEvents(sse, head, body, names),
 }
 
 module.exports = {
+  errorBody: openaiErrorBody,
   routes: {
     'POST /v1/responses': responses,
     'POST /responses': responses,
   },
-  toEngine,
 }
