@@ -61,9 +61,11 @@ describe('draft compatibility', () => {
   })
 })
 
-// Quick: the chat list, the verbatim repeat, the story and the code prompt.
+// The F16 pair: the chat list, the verbatim repeat, the story and the code
+// prompt. npm test: the chat list and the story (the code prompt is compared
+// in every mode, probabilities too, by exactness.test.js).
 const SOME_PROMPTS = [0, 4, 6, 7].map((i) => [i, PROMPTS[i]])
-const IDENTITY_PROMPTS = matrix(PROMPTS.map((p, i) => [i, p]), SOME_PROMPTS)
+const IDENTITY_PROMPTS = matrix(PROMPTS.map((p, i) => [i, p]), [0, 6].map((i) => [i, PROMPTS[i]]))
 
 describe.each(
   matrix(
