@@ -39,10 +39,10 @@ const STREAMED = [
   'openai-gpt-oss-120b.jinja',
   'Qwen3-Coder.jinja',
   'GLM-4.7-Flash.jinja',
-  'deepseek-ai-DeepSeek-V3.2.jinja',
-  'MiniMax-M2.jinja',
   ...(FULL
     ? [
+        'deepseek-ai-DeepSeek-V3.2.jinja',
+        'MiniMax-M2.jinja',
         'ByteDance-Seed-OSS.jinja',
         'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
         'LFM2.5-8B-A1B.jinja',

@@ -102,8 +102,8 @@ describe('hostile requests', () => {
       }
     }
     // Both branches are exercised, so the generator is doing its job.
-    expect(outcomes.served).toBeGreaterThan(30)
-    expect(outcomes.rejected).toBeGreaterThan(30)
+    expect(outcomes.served).toBeGreaterThan(N / 10)
+    expect(outcomes.rejected).toBeGreaterThan(N / 10)
     const after = await engine.complete({ messages: user('Say hello.'), n_predict: 12, temperature: 0 })
     expect(after.content).toBe(reference)
   })
@@ -343,14 +343,15 @@ describe('lifecycle races', () => {
 
   test('loading and disposing engines repeatedly frees their memory', async () => {
     const rss = []
-    for (let i = 0; i < 12; i++) {
+    const n = matrix(12, 8)
+    for (let i = 0; i < n; i++) {
       const e = await LlamaEngine.load({ modelPath: TARGET, draftModelPath: DRAFT, contextSize: 1024, threads: 2 })
       await e.complete({ prompt: 'Hi', n_predict: 2 })
       await e.dispose()
       rss.push(process.memoryUsage.rss())
     }
     // Each engine maps ~120 MB of weights and allocates KV caches; if they
-    // were leaked, 12 of them would add well over 500 MB.
+    // were leaked, 8 of them would add well over 500 MB.
     expect(rss.at(-1) - rss[1]).toBeLessThan(200 * 1024 * 1024)
   })
 })

@@ -60,7 +60,7 @@
 //             alternating processes. In the default list when the prebuilt
 //             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation[,prebuilt]),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation[,prebuilt]; also lora),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -1081,6 +1081,36 @@ if (sections.has('isolation')) {
   console.log(`medians over ${REPEATS} fresh engines of each kind, alternated; ttft: a 2-token chat request without cache (median of 5); tok/s seen by the caller: ${N} tokens over the wall time of complete() with an event callback.`)
   console.log(`(isolation section: ${elapsed(since)})`)
   results.isolation = { rows, runs }
+}
+
+// lora: decoding with LoRA adapters loaded (the test adapter: rank 8 on
+// every attn_q and attn_v) against an engine without, alternated: a request
+// that uses none (the graph is rebuilt each step, no adapter node), and one
+// at scale 1.
+if (sections.has('lora')) {
+  const since = Date.now()
+  const ADAPTER = join(models, 'SmolLM2-135M-Instruct.lora-test.gguf')
+  console.log(`\n## lora: SmolLM2 Q4_1 with ${ADAPTER.slice(models.length + 1)} loaded, against without (${THREADS} threads, ${N} tokens)`)
+  const plain = await LlamaEngine.load({ modelPath: TARGET, contextSize: CONTEXT, threads: THREADS, parallel: 1 })
+  const adapted = await LlamaEngine.load({ modelPath: TARGET, contextSize: CONTEXT, threads: THREADS, parallel: 1, loras: [{ path: ADAPTER, scale: 1 }] })
+  const tps = async (engine, lora) => {
+    const t = performance.now()
+    await engine.complete({ prompt: 'Once upon a time', n_predict: N, temperature: 0, ignore_eos: true, cache_prompt: false, speculative: { mode: 'off' }, lora })
+    return N / ((performance.now() - t) / 1000)
+  }
+  const pairs = { 'adapter loaded, request without it': [], 'adapter at scale 1': [] }
+  for (let r = 0; r < Math.max(REPEATS, 6); r++) {
+    for (const [name, lora] of [['adapter loaded, request without it', []], ['adapter at scale 1', [{ id: 0, scale: 1 }]]]) {
+      const [a, b] = r % 2 ? [await tps(adapted, lora), await tps(plain)] : [await tps(plain), await tps(adapted, lora)].reverse()
+      pairs[name].push(a / b)
+    }
+  }
+  const rows = Object.entries(pairs).map(([kind, xs]) => ({ kind, 'tok/s vs no adapters': `${fmt(median(xs), 2)}x (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})` }))
+  table(rows, Object.keys(rows[0]))
+  await plain.dispose()
+  await adapted.dispose()
+  console.log(`(lora section: ${elapsed(since)})`)
+  results.lora = { rows, pairs }
 }
 
 // prebuilt: the portable addon against the source build
