@@ -499,26 +499,37 @@ async function serve(argv) {
 }
 
 /** Runs the CLI; resolves with the exit code. */
+/**
+ * The flags and one positional of a subcommand (`pull`, `inspect`), or the
+ * exit code when they are wrong or --help was asked (usage written).
+ */
+function parseCommand(name, argv, options, expected) {
+  const { stdout, stderr } = process
+  let parsed
+  try {
+    parsed = parseArgs({ args: argv, allowPositionals: true, options: { ...options, help: { type: 'boolean', short: 'h' } } })
+  } catch (e) {
+    stderr.write(`llama-engine ${name}: ${e.message}\n\n${USAGE}`)
+    return 2
+  }
+  if (parsed.values.help) {
+    stdout.write(USAGE)
+    return 0
+  }
+  if (parsed.positionals.length !== 1) {
+    stderr.write(`llama-engine ${name}: expected ${expected}\n\n${USAGE}`)
+    return 2
+  }
+  return parsed
+}
+
 // `llama-engine pull URI`: resolveModel with a progress bar (speed and ETA)
 // on a TTY, a line per 10 % otherwise; prints the local path on stdout.
 async function pull(argv) {
   const { stdout, stderr } = process
-  let parsed
-  try {
-    parsed = parseArgs({ args: argv, allowPositionals: true, options: { offline: { type: 'boolean' }, 'cache-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } } })
-  } catch (e) {
-    stderr.write(`llama-engine pull: ${e.message}\n\n${USAGE}`)
-    return 2
-  }
+  const parsed = parseCommand('pull', argv, { offline: { type: 'boolean' }, 'cache-dir': { type: 'string' } }, 'one URI')
+  if (typeof parsed === 'number') return parsed
   const { values: v, positionals } = parsed
-  if (v.help) {
-    stdout.write(USAGE)
-    return 0
-  }
-  if (positionals.length !== 1) {
-    stderr.write(`llama-engine pull: expected one URI\n\n${USAGE}`)
-    return 2
-  }
   const { resolveModel } = await import('../index.mjs')
   const started = Date.now()
   const tty = Boolean(stderr.isTTY)
@@ -609,37 +620,14 @@ export function describeInspection(info) {
 // `llama-engine inspect PATH|URI`: what a GGUF is and what it needs.
 async function inspect(argv) {
   const { stdout, stderr } = process
-  let parsed
-  try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        json: { type: 'boolean' },
-        ctx: { type: 'string' },
-        parallel: { type: 'string' },
-        offline: { type: 'boolean' },
-        'cache-dir': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    })
-  } catch (e) {
-    stderr.write(`llama-engine inspect: ${e.message}
-
-${USAGE}`)
-    return 2
-  }
+  const parsed = parseCommand(
+    'inspect',
+    argv,
+    { json: { type: 'boolean' }, ctx: { type: 'string' }, parallel: { type: 'string' }, offline: { type: 'boolean' }, 'cache-dir': { type: 'string' } },
+    'one PATH or URI',
+  )
+  if (typeof parsed === 'number') return parsed
   const { values: v, positionals } = parsed
-  if (v.help) {
-    stdout.write(USAGE)
-    return 0
-  }
-  if (positionals.length !== 1) {
-    stderr.write(`llama-engine inspect: expected one PATH or URI
-
-${USAGE}`)
-    return 2
-  }
   const { inspectModel } = await import('../index.mjs')
   try {
     const options = { offline: Boolean(v.offline), cacheDir: v['cache-dir'] }

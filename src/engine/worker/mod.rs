@@ -203,11 +203,6 @@ impl<'m> Worker<'m> {
         self.loras.apply(&per_seq)
     }
 
-    /// The loaded adapters' default scales (`status().loras`).
-    pub fn lora_defaults(&self) -> &[f32] {
-        &self.loras.defaults
-    }
-
     /// Threads the next step computes with.
     pub fn threads_in_use(&self) -> usize {
         self.threads.threads()
