@@ -38,7 +38,7 @@ function isNotFound(e, what) {
 // microseconds of spinning, then sleep — kept idle speed (114–132) and ran
 // 47–55 beside two busy processes (0.4×, their fair share being 0.5×),
 // loading in ~2 s; docs/benchmarks.md#contention. The engine also moves to
-// one thread when that is faster (src/core/threads.rs). Set only while the
+// one thread when that is faster (crates/core/src/threads.rs). Set only while the
 // addon loads (child processes do not inherit them) and never over the
 // host's own.
 function withOpenMpSettings(load) {

@@ -255,7 +255,7 @@ describe('the load-time self-check', () => {
 })
 
 // The engine computes with one thread instead of all when that is faster
-// (a machine busy with other work, src/core/threads.rs): the thread count
+// (a machine busy with other work, crates/core/src/threads.rs): the thread count
 // must not change a single bit.
 describe.each(matrix([TARGET, GEMMA, F16, model('gemma-3-270m.Q6_K.gguf')], [TARGET, GEMMA]))('%s: one thread and two give the same bits', (file) => {
   test('greedy tokens and probabilities, a prompt prefilled in one batch, then decoded', async () => {

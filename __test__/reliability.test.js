@@ -1,6 +1,6 @@
 // Issue 6: hostile input, context limits and lifecycle races never abort the
 // process, hang, or lose text. (Request parsing is also fuzzed without a model
-// by `cargo test`: src/core/fuzz.rs.)
+// by `cargo test`: crates/core/src/request/fuzz.rs.)
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
 const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, user, run, loadTarget } = require('./helpers')

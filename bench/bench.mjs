@@ -2,7 +2,7 @@
 // Not a test: it prints numbers and asserts nothing.
 //
 //   binding   greedy tokens/s of complete() vs the same loop in plain Rust
-//             with llama-cpp-2 (examples/plain_greedy.rs), same model/threads.
+//             with llama-cpp-2 (crates/engine/examples/plain_greedy.rs), same model/threads.
 //   draft     speculative decoding with a draft model (Q2_K) on free-form
 //             prompts, per target (Q4_1, F16): off, fixed draft lengths,
 //             adaptive, draft trees (3 branches; fixed and adaptive), auto.
@@ -13,12 +13,12 @@
 //             rotating order; and each against the best fixed setting.
 //   ngram     prompt lookup on input-grounded prompts (and two free-form
 //             ones): ngram and auto against off, and the ceiling an oracle
-//             n-gram drafter would reach (examples/ngram_ceiling/).
+//             n-gram drafter would reach (crates/core/examples/ngram_ceiling/).
 //   structured schema-constrained JSON (fixed keys, nested objects, enums)
 //             and a tool call, and free text: off vs auto, where the grammar
 //             drafter proposes what the constraint forces; the share of
 //             tokens it drafted; the mask's cost per token, llguidance vs
-//             llama.cpp's GBNF sampler on the same schema (examples/mask_cost/).
+//             llama.cpp's GBNF sampler on the same schema (crates/engine/examples/mask_cost/).
 //   parallel  several users at once: aggregate tokens/s of 1, 2, 4 and 8
 //             concurrent greedy requests against the same requests in turn,
 //             next to the limit the batch costs give (k·t1/tk), without and
@@ -38,7 +38,7 @@
 //             alternated: this engine, node-llama-cpp (bench/package.json,
 //             installed on first use) and the ceiling, the same llama.cpp
 //             unpatched with its default build options
-//             (examples/prefill_ceiling.rs, built into target/ceiling), on
+//             (crates/engine/examples/prefill_ceiling.rs, built into target/ceiling), on
 //             SmolLM2 Q4_1 and gemma-3 Q4_K_M, Q5_K_M, Q6_K and Q8_0
 //             (BENCH_PREFILL_MODELS, BENCH_PREFILL_PROMPTS narrow it).
 //             BENCH_PREFILL_BEFORE=<addon> adds an older build of the engine

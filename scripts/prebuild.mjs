@@ -8,7 +8,7 @@
 // sapphirerapids, as shared libraries) and leaves OpenMP out (ggml's own
 // thread pool; no libgomp needed at run time). The addon finds llama.cpp's
 // libraries beside itself ($ORIGIN rpath, build.rs) and at load picks the
-// best CPU variant (src/engine/ggml_setup.rs). The exactness settings are
+// best CPU variant (crates/engine/src/ggml_setup.rs). The exactness settings are
 // the source build's: llamafile and repacking off (.cargo/config.toml [env]
 // applies to every build), extra buffers off at run time; the tiled K-quant
 // path is on where a variant has AVX2 with FMA or AVX-512 VNNI (patch 0006).

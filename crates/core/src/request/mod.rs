@@ -1,0 +1,268 @@
+//! What a caller hands in, parsed and validated before anything reaches
+//! llama.cpp: completion requests (`parse`, with the one list of their
+//! fields in `fields`), load options (`options`), grammars (`gbnf`), and the
+//! prompt's truncation rules (`prompt`). Everything past this module works
+//! on the typed, validated values defined here.
+
+pub(crate) mod describe;
+pub mod fields;
+#[cfg(test)]
+mod fuzz;
+pub mod gbnf;
+pub mod options;
+pub mod parse;
+pub mod prompt;
+pub mod schema;
+#[cfg(test)]
+mod tests;
+
+use serde_json::Value;
+
+use crate::chat::format::ChatPlan;
+use crate::chat::tools::ChatOptions;
+use crate::chat::ChatMessage;
+use parse::{f32_json, object};
+pub use parse::{parse_request, parse_request_json};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptPart {
+    Text(String),
+    Token(i32),
+    /// The whole prompt as a chat template rendered it: special tokens are
+    /// parsed, and BOS is added only when the text does not begin with it.
+    Chat(String),
+}
+
+/// What the loaded model allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    pub n_vocab: i32,
+    pub n_ctx: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpecMode {
+    #[default]
+    Auto,
+    Off,
+    Draft,
+    Ngram,
+    NgramDraft,
+}
+
+impl SpecMode {
+    pub const ALL: [SpecMode; 5] = [SpecMode::Auto, SpecMode::Off, SpecMode::Draft, SpecMode::Ngram, SpecMode::NgramDraft];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpecMode::Auto => "auto",
+            SpecMode::Off => "off",
+            SpecMode::Draft => "draft",
+            SpecMode::Ngram => "ngram",
+            SpecMode::NgramDraft => "ngram+draft",
+        }
+    }
+
+    /// Parses a wire name (case-sensitive).
+    pub fn parse(name: &str) -> Option<SpecMode> {
+        Self::ALL.into_iter().find(|mode| mode.as_str() == name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpeculativeParams {
+    pub mode: SpecMode,
+    pub n_max: usize,
+    pub n_min: usize,
+    pub p_min: f32,
+    pub adaptive: bool,
+    pub n_parallel: usize,
+    pub p_split: f32,
+}
+
+impl Default for SpeculativeParams {
+    fn default() -> Self {
+        SpeculativeParams { mode: SpecMode::Auto, n_max: 16, n_min: 0, p_min: 0.75, adaptive: true, n_parallel: 1, p_split: 0.1 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// `<= 0` means greedy.
+    pub temperature: f32,
+    /// `<= 0` disables top-k.
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub typical_p: f32,
+    /// `-1` means the whole context.
+    pub repeat_last_n: i32,
+    pub repeat_penalty: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub mirostat: u8,
+    pub mirostat_tau: f32,
+    pub mirostat_eta: f32,
+    /// `None` = a random seed.
+    pub seed: Option<u32>,
+    /// A bias of `None` (the wire value `false`) means the token is never sampled.
+    pub logit_bias: Vec<(i32, Option<f32>)>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            typical_p: 1.0,
+            repeat_last_n: 64,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            mirostat: 0,
+            mirostat_tau: 5.0,
+            mirostat_eta: 0.1,
+            seed: None,
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletionRequest {
+    /// Empty when `messages` is set, until the engine renders them into a
+    /// `PromptPart::Chat`.
+    pub prompt: Vec<PromptPart>,
+    /// Chat messages (exactly one of `prompt` and `messages` is given).
+    pub messages: Option<Vec<ChatMessage>>,
+    /// `-1` = until end of generation or context.
+    pub n_predict: i32,
+    /// `-1` = keep the whole prompt when the context is shifted.
+    pub n_keep: i32,
+    /// Never contains empty strings.
+    pub stop: Vec<String>,
+    pub n_probs: usize,
+    /// GBNF; never `Some("")`.
+    pub grammar: Option<String>,
+    /// A JSON schema, serialized; always valid JSON (an object or a boolean).
+    pub json_schema: Option<String>,
+    /// Tools, response format, reasoning and template variables (chat requests).
+    pub chat: ChatOptions,
+    /// What the engine decided when it prepared the request (not on the wire).
+    pub plan: ChatPlan,
+    pub cache_prompt: bool,
+    pub ignore_eos: bool,
+    pub sampling: SamplingParams,
+    pub speculative: SpeculativeParams,
+    /// LoRA adapters (id in load order, scale); `None`: the load scales.
+    pub lora: Option<Vec<(u32, f32)>>,
+}
+
+/// Most LoRA adapters an engine loads, and the largest scale magnitude.
+pub const MAX_LORAS: usize = 32;
+pub const MAX_LORA_SCALE: f32 = 100.0;
+
+/// A tag for the adapters computing a KV cache's cells: 0 for none (or all
+/// at scale 0), else a hash of the (id, scale) pairs in effect. Cells are
+/// reused only by requests with the same tag.
+pub fn lora_tag(scales: &[f32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut any = false;
+    for (i, &s) in scales.iter().enumerate() {
+        if s != 0.0 {
+            any = true;
+            for b in (i as u32).to_le_bytes().into_iter().chain(s.to_bits().to_le_bytes()) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+    if any {
+        h | 1
+    } else {
+        0
+    }
+}
+
+/// All defaults and an empty prompt.
+impl Default for CompletionRequest {
+    fn default() -> Self {
+        CompletionRequest {
+            prompt: Vec::new(),
+            messages: None,
+            n_predict: -1,
+            n_keep: 0,
+            stop: Vec::new(),
+            n_probs: 0,
+            grammar: None,
+            json_schema: None,
+            chat: ChatOptions::default(),
+            plan: ChatPlan::default(),
+            cache_prompt: true,
+            ignore_eos: false,
+            sampling: SamplingParams::default(),
+            speculative: SpeculativeParams::default(),
+            lora: None,
+        }
+    }
+}
+
+impl CompletionRequest {
+    /// The `generation_settings` object of the legacy final response.
+    pub fn generation_settings(&self, n_ctx: u32, model: &str) -> Value {
+        let s = &self.sampling;
+        let spec = &self.speculative;
+        let logit_bias: Vec<Value> =
+            s.logit_bias.iter().map(|&(id, bias)| Value::from(vec![id.into(), bias.map_or(Value::Bool(false), f32_json)])).collect();
+        let json_schema = self.json_schema.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or(Value::Null);
+        let speculative = object([
+            ("mode", spec.mode.as_str().into()),
+            ("n_max", spec.n_max.into()),
+            ("n_min", spec.n_min.into()),
+            ("p_min", f32_json(spec.p_min)),
+            ("adaptive", spec.adaptive.into()),
+            ("n_parallel", spec.n_parallel.into()),
+            ("p_split", f32_json(spec.p_split)),
+        ]);
+        object([
+            ("n_ctx", n_ctx.into()),
+            ("model", model.into()),
+            ("seed", s.seed.map_or(-1, i64::from).into()),
+            ("temperature", f32_json(s.temperature)),
+            ("temp", f32_json(s.temperature)),
+            ("top_k", s.top_k.into()),
+            ("top_p", f32_json(s.top_p)),
+            ("min_p", f32_json(s.min_p)),
+            ("typical_p", f32_json(s.typical_p)),
+            ("repeat_last_n", s.repeat_last_n.into()),
+            ("repeat_penalty", f32_json(s.repeat_penalty)),
+            ("presence_penalty", f32_json(s.presence_penalty)),
+            ("frequency_penalty", f32_json(s.frequency_penalty)),
+            ("mirostat", s.mirostat.into()),
+            ("mirostat_tau", f32_json(s.mirostat_tau)),
+            ("mirostat_eta", f32_json(s.mirostat_eta)),
+            ("stop", self.stop.clone().into()),
+            ("n_predict", self.n_predict.into()),
+            ("n_keep", self.n_keep.into()),
+            ("ignore_eos", self.ignore_eos.into()),
+            ("logit_bias", logit_bias.into()),
+            ("n_probs", self.n_probs.into()),
+            ("grammar", self.grammar.as_deref().unwrap_or("").into()),
+            ("json_schema", json_schema),
+            ("cache_prompt", self.cache_prompt.into()),
+            ("tool_choice", self.chat.tool_choice.to_json()),
+            ("parallel_tool_calls", self.chat.parallel_tool_calls.into()),
+            ("reasoning_format", self.chat.reasoning_format.as_str().into()),
+            ("reasoning_budget", self.chat.reasoning_budget.map_or(-1, i64::from).into()),
+            ("speculative", speculative),
+            (
+                "lora",
+                self.lora.as_ref().map_or(Value::Null, |l| {
+                    l.iter().map(|&(id, scale)| object([("id", id.into()), ("scale", f32_json(scale))])).collect::<Vec<_>>().into()
+                }),
+            ),
+        ])
+    }
+}

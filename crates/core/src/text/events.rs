@@ -1,0 +1,163 @@
+//! The shapes that leave the engine: one `TokenEvent` per decoding step and a
+//! `CompletionResult` at the end. Serialised once, at the
+//! boundary, with the wire names below.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::chat::output::ToolCallDelta;
+use crate::error::EngineError;
+
+/// Where an emitted token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenSource {
+    /// Sampled by the target model (plain decoding, a correction or a bonus token).
+    Target,
+    /// Proposed by the draft model and accepted by the target.
+    Draft,
+    /// Proposed by the n-gram cache and accepted by the target.
+    Ngram,
+    /// Forced by the request's constraint (a schema, a tool call) and
+    /// accepted by the target.
+    Grammar,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenProb {
+    pub id: i32,
+    pub piece: String,
+    pub prob: f32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenOut {
+    pub id: i32,
+    pub piece: String,
+    pub source: TokenSource,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probs: Option<Vec<TokenProb>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenEvent {
+    /// Text safe to show: whole UTF-8 characters, stop-string prefixes held back.
+    pub content: String,
+    /// Reasoning text of this step (chat requests whose model thinks).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reasoning: String,
+    /// Tool-call deltas of this step: a call's index, id and name first,
+    /// then fragments of its arguments.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallDelta>,
+    pub tokens: Vec<TokenOut>,
+    pub n_drafted: usize,
+    pub n_accepted: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    pub prompt_n: usize,
+    pub prompt_ms: f64,
+    pub prompt_per_token_ms: f64,
+    pub prompt_per_second: f64,
+    pub predicted_n: usize,
+    pub predicted_ms: f64,
+    pub predicted_per_token_ms: f64,
+    pub predicted_per_second: f64,
+}
+
+impl Timings {
+    pub fn new(prompt_n: usize, prompt_ms: f64, predicted_n: usize, predicted_ms: f64) -> Self {
+        let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+        let per_second = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1000.0 / ms } else { 0.0 };
+        Timings {
+            prompt_n,
+            prompt_ms,
+            prompt_per_token_ms: per_token(prompt_ms, prompt_n),
+            prompt_per_second: per_second(prompt_ms, prompt_n),
+            predicted_n,
+            predicted_ms,
+            predicted_per_token_ms: per_token(predicted_ms, predicted_n),
+            predicted_per_second: per_second(predicted_ms, predicted_n),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DrafterStats {
+    pub n_drafted: usize,
+    pub n_accepted: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SpeculativeStats {
+    pub mode: String,
+    pub n_drafted: usize,
+    pub n_accepted: usize,
+    pub acceptance_rate: f64,
+    pub target_passes: usize,
+    pub draft_ms: f64,
+    pub drafters: std::collections::BTreeMap<String, DrafterStats>,
+    /// The engine's load-time self-check (`status().batchInvariant`): when
+    /// false, verification batches may round differently from one-token
+    /// decoding and greedy output may differ from mode "off" in near-ties.
+    pub batch_invariant: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CompletionResult {
+    pub content: String,
+    pub stop: bool,
+    pub model: String,
+    pub tokens_predicted: usize,
+    pub tokens_evaluated: usize,
+    pub tokens_cached: usize,
+    pub truncated: bool,
+    pub stopped_eos: bool,
+    pub stopped_word: bool,
+    pub stopped_limit: bool,
+    pub stopped_abort: bool,
+    pub stopping_word: String,
+    pub generation_settings: Value,
+    pub timings: Timings,
+    pub speculative: SpeculativeStats,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_probabilities: Option<Vec<Value>>,
+    /// The tool calls that ended the turn (when the model called tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ResultToolCall>>,
+    /// The model's reasoning, apart from `content` (`reasoning_format` auto).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The turn ended with tool calls (OpenAI's `finish_reason: "tool_calls"`).
+    pub stopped_tool_calls: bool,
+}
+
+/// A tool call in a result, in OpenAI's shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultToolCall {
+    pub id: String,
+    pub r#type: &'static str,
+    pub function: ResultFunction,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultFunction {
+    pub name: String,
+    /// A JSON text.
+    pub arguments: String,
+}
+
+/// Receives what one request produces, in order. Implemented by the binding
+/// (a threadsafe function into JavaScript) and by tests.
+pub trait EventSink: Send {
+    /// One decoding step. Returns false when the receiver is gone, so the
+    /// engine can stop generating for nobody.
+    fn token(&mut self, event: &TokenEvent) -> bool;
+    /// The request is over; called exactly once, after the last `token`.
+    fn finish(self: Box<Self>, outcome: Result<CompletionResult, EngineError>);
+    /// A job that is not a completion (saving or loading a session) is
+    /// over: its answer, in place of `finish`.
+    fn reply(self: Box<Self>, outcome: Result<serde_json::Value, EngineError>);
+}

@@ -1,0 +1,388 @@
+//! The engine: one background thread per `LlamaEngine` that owns the models
+//! and contexts, takes completion jobs from a FIFO queue and decodes up to
+//! `parallel` of them together. Nothing here knows about N-API.
+//!
+//! - `mod.rs`: `Engine`, the handle the binding holds;
+//! - `shared.rs`: what the handle and the engine thread share (the queue,
+//!   the n-gram caches, published status);
+//! - `thread.rs`: the engine thread's life: load, admit, step, exit;
+//! - `chat.rs`: chat requests rendered and their output planned;
+//! - `chat_native.rs`: llama.cpp's reading of the answers of the families
+//!   whose syntax is not ours (patch 0005);
+//! - `compile.rs`: constraints compiled on a thread of their own;
+//! - `prepare.rs`: what callers send parsed, rendered and tokenized on a
+//!   thread of its own, in order;
+//! - `embed.rs`: `embed()` in a context of its own, between steps;
+//! - `session.rs`: `saveSession`/`loadSession` before the engine thread;
+//! - `kv.rs`: a slot's cells copied, saved and restored;
+//! - `worker/`: the engine thread's state and the phases of one step;
+//! - `slot.rs`: a slot's KV stream and the request generating in it;
+//! - `sampler.rs`: a request's sampler chain;
+//! - `draft_model.rs`: the draft model as a drafter, per slot;
+//! - `calibrate.rs`: batch costs and the batch-invariance self-check;
+//!   `attention_check.rs` and `matmul_check.rs` its kernel-level parts;
+//! - `vocab.rs`: tokenizing and chat rendering, on any thread (also
+//!   without weights, for an isolated engine's parent);
+//! - `model.rs`, `ggml_setup.rs`: loading models, llama.cpp's settings;
+//! - `llama_log.rs`: llama.cpp's log, silent, kept while a model loads;
+//! - `memory.rs`: freed memory given back after large inputs;
+//! - `background.rs`: low-priority threads for huge text work;
+//! - `gpu.rs`: the GPU back end, its probe, and why none computes.
+
+mod attention_check;
+pub mod background;
+mod calibrate;
+pub mod chat;
+pub mod chat_native;
+mod compile;
+pub mod draft_model;
+pub mod embed;
+pub mod ggml_setup;
+pub mod gpu;
+pub mod inspect;
+pub mod kv;
+pub mod llama_log;
+mod lora;
+mod matmul_check;
+pub mod memory;
+pub mod model;
+mod prepare;
+pub mod sampler;
+mod session;
+pub mod shared;
+pub mod slot;
+mod thread;
+pub mod vocab;
+pub mod worker;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+
+use llama_engine_core::cache::prompt_cache::CacheStats;
+use llama_engine_core::chat::format::ChatFormat;
+use llama_engine_core::embed::{parse_embed_request, EmbedInput};
+use llama_engine_core::error::{EngineError, Result};
+use llama_engine_core::request::{parse_request_json, CompletionRequest, RequestLimits};
+use llama_engine_core::speculation::ngram::NgramCache;
+use llama_engine_core::text::events::EventSink;
+pub use model::{EngineOptions, ModelInfo, Progress};
+use prepare::{Preparer, Work};
+pub use shared::Job;
+use shared::{NgramStore, Shared};
+use vocab::Vocab;
+
+/// What `status()` reports.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    pub queued: usize,
+    /// Requests decoding now (each in a slot).
+    pub active: usize,
+    pub disposed: bool,
+    /// Measured cost (ms) of a target batch of n tokens, index n; and of a
+    /// draft step.
+    pub batch_cost_ms: Vec<Option<f64>>,
+    pub draft_step_ms: Option<f64>,
+    pub tokens_cached: usize,
+    pub prompt_cache: CacheStats,
+    pub threads_in_use: usize,
+    pub slots: Vec<shared::SlotStatus>,
+}
+
+/// The handle the binding holds. Cheap to share; every method is callable
+/// from the JS thread and never blocks on llama.cpp (except `join`, which the
+/// binding runs off the JS thread).
+pub struct Engine {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The target's vocabulary and chat template, for text work on any thread.
+    vocab: Arc<Vocab>,
+    info: ModelInfo,
+    next_id: AtomicU64,
+    ngram_path: Option<String>,
+    /// Why a configured n-gram cache file could not be used (the engine works without it).
+    ngram_errors: Vec<String>,
+    /// The thread that parses, renders and tokenizes what callers send
+    /// (`prepare`), started by `start_preparing` once the engine is shared.
+    preparer: OnceLock<Preparer>,
+}
+
+impl Engine {
+    /// Starts the engine thread and waits (blocking the caller, which is a
+    /// worker thread of the binding) until the models are loaded.
+    pub fn load(opts: EngineOptions, progress: Option<Progress>) -> Result<Engine> {
+        let (ngram, ngram_errors) = load_ngram_caches(&opts);
+        let shared = Arc::new(Shared::new(ngram));
+        let ngram_path = opts.ngram_cache_path.clone();
+        let vocab_opts = opts.clone();
+        let ready = thread::start(opts, progress, shared.clone())?;
+        let limits = RequestLimits { n_vocab: ready.info.n_vocab, n_ctx: ready.info.n_ctx };
+        let vocab = match Vocab::new(ready.model, &vocab_opts, limits) {
+            Ok(v) => v,
+            Err(e) => {
+                shared.close();
+                let _ = ready.thread.join();
+                return Err(e);
+            }
+        };
+        Ok(Engine {
+            shared,
+            thread: Mutex::new(Some(ready.thread)),
+            vocab: Arc::new(vocab),
+            info: ready.info,
+            next_id: AtomicU64::new(1),
+            ngram_path,
+            ngram_errors,
+            preparer: OnceLock::new(),
+        })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Starts the preparing thread, which holds the engine weakly.
+    pub fn start_preparing(self: &Arc<Self>) -> Result<()> {
+        let preparer = Preparer::start(Arc::downgrade(self))?;
+        let _ = self.preparer.set(preparer);
+        Ok(())
+    }
+
+    /// Hands work to the preparing thread; `Err` gives it back when the
+    /// engine is closed or has none.
+    fn hand_over(&self, work: Work) -> std::result::Result<(), Work> {
+        match self.preparer.get() {
+            Some(p) if !self.is_closed() => p.run(work),
+            _ => Err(work),
+        }
+    }
+
+    fn limits(&self) -> RequestLimits {
+        RequestLimits { n_vocab: self.info.n_vocab, n_ctx: self.info.n_ctx }
+    }
+
+    /// Queues a request (its JSON) as job `id`: it is parsed, its chat
+    /// rendered and its prompt tokenized on the preparing thread, then it
+    /// waits for a slot. Its events, or its error, go to `sink`; `abort(id)`
+    /// works from now on.
+    pub fn submit_json(&self, id: u64, json: String, sink: Box<dyn EventSink>) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        if !self.shared.begin_preparing(id, cancel.clone()) {
+            return sink.finish(Err(EngineError::disposed()));
+        }
+        let work: Work = Box::new(move |engine| match engine {
+            Some(engine) => engine.prepare_job(id, &json, sink, cancel),
+            None => sink.finish(Err(EngineError::disposed())),
+        });
+        if let Err(work) = self.hand_over(work) {
+            self.shared.end_preparing(id);
+            work(None);
+        }
+    }
+
+    fn prepare_job(&self, id: u64, json: &str, sink: Box<dyn EventSink>, cancel: Arc<AtomicBool>) {
+        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(CompletionRequest, Vec<LlamaToken>)> {
+            let mut request = parse_request_json(json, &self.limits())?;
+            self.prepare(&mut request)?;
+            let tokens = self.tokenize_request(&request)?;
+            Ok((request, tokens))
+        }))
+        .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
+        memory::release_after(json.len());
+        let (request, tokens) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                self.shared.end_preparing(id);
+                return sink.finish(Err(e));
+            }
+        };
+        let job = Job { id, request, sink, cancel, session: None, compiled: None, tokens: Some(tokens) };
+        match self.shared.submit_prepared(job) {
+            Ok(()) => {}
+            Err(shared::NotQueued::Closed(job)) => job.sink.finish(Err(EngineError::disposed())),
+            Err(shared::NotQueued::Aborted(job)) => {
+                let result = worker::aborted_before_start(&job.request, &self.info, self.info.batch_invariant);
+                job.sink.finish(Ok(result));
+            }
+        }
+    }
+
+    /// Runs `f` on the preparing thread and answers `sink` with its result
+    /// (an `embed()` call's or a session's preparation, say).
+    pub fn prepare_then(&self, sink: Box<dyn EventSink>, f: impl FnOnce(&Engine, Box<dyn EventSink>) + Send + 'static) {
+        let work: Work = Box::new(move |engine| match engine {
+            Some(engine) if !engine.is_closed() => f(engine, sink),
+            _ => sink.reply(Err(EngineError::disposed())),
+        });
+        if let Err(work) = self.hand_over(work) {
+            work(None);
+        }
+    }
+
+    /// The target's vocabulary and chat template.
+    pub fn vocab(&self) -> &Arc<Vocab> {
+        &self.vocab
+    }
+
+    /// What the engine learnt of its chat template (for `status()`).
+    pub fn chat_format(&self) -> Option<&ChatFormat> {
+        self.vocab.chat_format()
+    }
+
+    /// Makes a request ready (on the preparing thread): a chat request's
+    /// messages rendered into its prompt, the plan of its output.
+    pub fn prepare(&self, request: &mut CompletionRequest) -> Result<()> {
+        let model = self.model()?;
+        chat::prepare(request, self.vocab.chat(), &model)
+    }
+
+    /// A prepared request's prompt as tokens.
+    fn tokenize_request(&self, request: &CompletionRequest) -> Result<Vec<LlamaToken>> {
+        model::tokenize_prompt(&*self.model()?, request)
+    }
+
+    fn model(&self) -> Result<Arc<LlamaModel>> {
+        self.vocab.model()
+    }
+
+    /// Checks an `embed()` call (`{ input, normalize?, truncate? }`) and
+    /// tokenizes its inputs, here on the caller's thread: a bad one throws
+    /// before anything is queued.
+    pub fn prepare_embed(&self, request: &serde_json::Value) -> Result<(Vec<Vec<LlamaToken>>, bool)> {
+        let request = parse_embed_request(request, self.info.n_vocab)?;
+        let model = self.model()?;
+        let mut tokens: Vec<Vec<i32>> = request
+            .inputs
+            .iter()
+            .map(|input| match input {
+                // BOS (and EOS) as the model adds them; text is not parsed for special tokens.
+                EmbedInput::Text(s) => model.vocab().tokenize(s.as_bytes(), true, false).into_iter().map(|t| t.0).collect(),
+                EmbedInput::Tokens(t) => t.clone(),
+            })
+            .collect();
+        request.fit(&mut tokens, self.info.n_ctx as usize)?;
+        Ok((tokens.into_iter().map(|t| t.into_iter().map(LlamaToken).collect()).collect(), request.normalize))
+    }
+
+    /// Queues a prepared `embed()` call; its answer goes to `sink`.
+    pub fn submit_embed(&self, inputs: Vec<Vec<LlamaToken>>, normalize: bool, sink: Box<dyn EventSink>) {
+        if let Err(job) = self.shared.submit_embed(embed::EmbedJob::new(inputs, normalize, sink)) {
+            job.fail(EngineError::disposed());
+        }
+    }
+
+    pub fn next_job_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues a job. On a disposed engine the sink is finished with DISPOSED.
+    pub fn submit(&self, job: Job) {
+        if let Err(job) = self.shared.submit(job) {
+            job.sink.finish(Err(EngineError::disposed()));
+        }
+    }
+
+    /// Aborts one job: a queued one leaves the queue and resolves at once
+    /// with an empty, aborted result; a running one stops within one step.
+    pub fn abort(&self, id: u64) {
+        if let Some(job) = self.shared.abort(id) {
+            let result = worker::aborted_before_start(&job.request, &self.info, self.info.batch_invariant);
+            job.sink.finish(Ok(result));
+        }
+    }
+
+    /// Stops every request that is running now; queued ones are untouched.
+    pub fn cancel_running(&self) {
+        self.shared.cancel_running();
+    }
+
+    pub fn status(&self) -> Status {
+        let counts = self.shared.counts();
+        let published = self.shared.published();
+        Status {
+            queued: counts.queued,
+            active: counts.active,
+            disposed: counts.closed,
+            batch_cost_ms: published.batch_cost_ms,
+            draft_step_ms: published.draft_step_ms,
+            tokens_cached: published.tokens_cached,
+            prompt_cache: published.prompt_cache,
+            threads_in_use: published.threads_in_use,
+            slots: published.slots,
+        }
+    }
+
+    /// Stops the engine: running requests end as aborted, queued ones reject
+    /// with DISPOSED, and the models are freed when the thread exits.
+    /// Returns the thread to join (off the JS thread).
+    pub fn close(&self) -> Option<JoinHandle<()>> {
+        if let Some(p) = self.preparer.get() {
+            p.stop();
+        }
+        let (jobs, embeds) = self.shared.close();
+        for job in jobs {
+            job.sink.finish(Err(EngineError::disposed()));
+        }
+        for job in embeds {
+            job.fail(EngineError::disposed());
+        }
+        self.vocab.close();
+        self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Writes the dynamic n-gram cache (to `path`, or to `ngramCachePath`).
+    pub fn save_ngram_cache(&self, path: Option<&str>) -> Result<usize> {
+        let path = path
+            .or(self.ngram_path.as_deref())
+            .ok_or_else(|| EngineError::invalid("path", "no path given and the engine was loaded without ngramCachePath"))?;
+        let cache = self.shared.ngram.dynamic.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        cache.save(Path::new(path))?;
+        Ok(cache.len())
+    }
+
+    /// Entries of the dynamic and the static n-gram cache, and why a
+    /// configured cache file could not be used.
+    pub fn ngram_status(&self) -> (usize, usize, &[String]) {
+        let ngram = &self.shared.ngram;
+        let dynamic = ngram.dynamic.lock().map(|c| c.len()).unwrap_or(0);
+        let fixed = ngram.fixed.as_ref().map_or(0, |c| c.len());
+        (dynamic, fixed, &self.ngram_errors)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Garbage-collected without dispose(): let the thread finish on its own.
+        let _ = self.close();
+    }
+}
+
+/// Loads the dynamic and static n-gram caches named in the options. A file
+/// that cannot be read is reported and skipped: speculation works without it.
+fn load_ngram_caches(opts: &EngineOptions) -> (NgramStore, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut store = NgramStore::default();
+    if let Some(path) = &opts.ngram_cache_path {
+        if Path::new(path).exists() {
+            match NgramCache::load(Path::new(path)) {
+                Ok(c) => store.dynamic = Arc::new(Mutex::new(c)),
+                Err(e) => errors.push(format!("ngramCachePath: {}", e.message)),
+            }
+        }
+    }
+    if let Some(path) = &opts.static_ngram_cache_path {
+        match NgramCache::load(Path::new(path)) {
+            Ok(c) => store.fixed = Some(Arc::new(c)),
+            Err(e) => errors.push(format!("staticNgramCachePath: {}", e.message)),
+        }
+    }
+    (store, errors)
+}

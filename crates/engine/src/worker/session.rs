@@ -1,0 +1,120 @@
+//! Session jobs on the engine thread: a saved prompt's cells leave its slot
+//! for a file (written off this thread, atomically); a checked session's
+//! cells go into a free slot.
+
+use llama_cpp_2::token::LlamaToken;
+use serde_json::{json, Map, Value};
+
+use super::prefix::Start;
+use super::Worker;
+use crate::kv::{self, KV_SETTINGS};
+use crate::shared::Job;
+use crate::slot::{Request, Stop};
+use llama_engine_core::cache::session::{Header, ModelId, Session};
+use llama_engine_core::error::{EngineError, ErrorCode};
+use llama_engine_core::files::{write_atomically, WriteError};
+
+/// "llama-engine <version>": sessions from another version load, but are
+/// not promised bit-identical cells (its llama.cpp may differ).
+pub fn engine_id() -> String {
+    format!("llama-engine {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The answer's fields: the tokens, whether the cells are exact, and the
+/// conversation (`messages` and its tools, or `prompt`).
+fn answer(tokens: usize, exact: bool, conversation: &Value) -> Value {
+    let mut out = Map::new();
+    out.insert("tokens".into(), json!(tokens));
+    out.insert("exact".into(), json!(exact));
+    if let Value::Object(c) = conversation {
+        out.extend(c.clone());
+    }
+    Value::Object(out)
+}
+
+impl Worker<'_> {
+    pub(super) fn model_id(&self) -> ModelId {
+        let info = &self.models.info;
+        ModelId { file: info.name.clone(), fingerprint: info.fingerprint.clone(), n_vocab: info.n_vocab }
+    }
+
+    /// A save's prompt has been evaluated into slot `i` (or it ended early):
+    /// its cells, read now (right after a decode), are written to its file
+    /// by another thread, which answers.
+    pub(super) fn finish_save(&mut self, i: usize, r: Request<'_>, stop: Stop) {
+        let Some((path, conversation)) = r.save_target().cloned() else { return };
+        let slot = &self.slots[i];
+        let n = slot.cached.len();
+        if stop != Stop::Limit || n != r.prompt().len() {
+            let e = match stop {
+                Stop::Abort => EngineError::disposed(),
+                _ => EngineError::internal("the session's prompt was not evaluated"),
+            };
+            return r.reply(Err(e));
+        }
+        let cells = match kv::save(&self.ctx, slot.seq) {
+            Ok(c) => c,
+            Err(e) => return r.reply(Err(e)),
+        };
+        let windowed = match cells.check(n) {
+            Ok(layout) => layout.windowed,
+            Err(e) => return r.reply(Err(EngineError::internal(format!("the slot's state does not read back: {e}")))),
+        };
+        let exact = true;
+        let header = Header {
+            engine: engine_id(),
+            model: self.model_id(),
+            kv: KV_SETTINGS.into(),
+            backend: self.models.info.compute_id.clone(),
+            exact,
+            windowed,
+            conversation: conversation.clone(),
+        };
+        let session = Session { header, tokens: slot.cached.iter().map(|t| t.0).collect(), cells };
+        let reply = answer(n, exact, &Value::Null);
+        let sink = r.into_sink();
+        // Encoding and writing take a while for a long prompt: off the engine
+        // thread. (Should the thread not start, the sink is dropped, which
+        // rejects the promise.)
+        let _ = std::thread::Builder::new().name("llama-engine-save".into()).spawn(move || {
+            let bytes = session.encode();
+            let outcome = write_atomically(&path, |w| w.write_all(&bytes))
+                .map(|_| {
+                    let mut reply = reply;
+                    reply["bytes"] = json!(bytes.len());
+                    reply
+                })
+                .map_err(|e| match e {
+                    WriteError::Create(e) => EngineError::invalid("path", format!("cannot write {}: {e}", path.display())),
+                    WriteError::Write(e) => EngineError::internal(format!("saving the session to {} failed: {e}", path.display())),
+                });
+            sink.reply(outcome);
+        });
+    }
+
+    /// Restores a checked session into a free slot (what that slot held
+    /// goes to the prompt cache first) and answers.
+    pub(super) fn load_session(&mut self, job: Job, session: Session) {
+        let tokens: Vec<LlamaToken> = session.tokens.iter().map(|&t| LlamaToken(t)).collect();
+        let Some((i, Start::Ready(_))) = self.place(&tokens, false, 0) else {
+            self.shared.request_ended(job.id);
+            return job.sink.reply(Err(EngineError::internal("no free slot for the session")));
+        };
+        let seq = self.slots[i].seq;
+        let n_seq = self.slots.len() as i32;
+        let outcome = match kv::restore(&mut self.ctx, seq, n_seq, &session.cells, tokens.len()) {
+            Ok(()) => {
+                self.slots[i].hold(&tokens, if session.header.windowed { tokens.len() } else { 0 });
+                let h = &session.header;
+                let exact = h.exact && h.backend == self.models.info.compute_id && h.engine == engine_id();
+                Ok(answer(tokens.len(), exact, &h.conversation))
+            }
+            Err(why) => {
+                self.slots[i].keep(0);
+                Err(EngineError::new(ErrorCode::InvalidSession, format!("this session's cells do not fit this engine: {why}")))
+            }
+        };
+        self.shared.request_ended(job.id);
+        job.sink.reply(outcome);
+    }
+}
