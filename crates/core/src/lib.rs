@@ -14,7 +14,8 @@
 //! - `threads`: how many threads a step computes with, by measurement;
 //! - `error`: the one error type and its stable codes;
 //! - `files`: atomic writes;
-//! - `gguf`: model files read and checked before llama.cpp sees them.
+//! - `gguf`: model files read and checked before llama.cpp sees them;
+//! - `json`: JSON schemas checked, values named in error messages.
 
 pub mod cache;
 pub mod chat;
@@ -22,6 +23,7 @@ pub mod embed;
 pub mod error;
 pub mod files;
 pub mod gguf;
+pub mod json;
 pub mod request;
 pub mod sampling;
 pub mod speculation;

@@ -145,17 +145,18 @@ fn with_thinking_default(kwargs: &serde_json::Map<String, Value>) -> serde_json:
     kwargs
 }
 
-/// Prepares `req`: renders its messages into its prompt and plans its
-/// output. Requests without messages get a plan for their JSON answer
-/// (`json_schema`, `response_format`), if any.
-pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, EngineError>, model: &LlamaModel) -> Result<()> {
+/// Prepares `req`: renders its messages into its prompt and returns the
+/// plan of its output (how it is read, what constrains it), which travels
+/// beside the request in its `Job`. Requests without messages get a plan for
+/// their JSON answer (`json_schema`, `response_format`), if any.
+pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, EngineError>, model: &LlamaModel) -> Result<ChatPlan> {
     let Some(messages) = &req.messages else {
-        req.plan.grammar = match (&req.json_schema, &req.chat.response_format) {
+        let grammar = match (&req.json_schema, &req.chat.response_format) {
             (Some(text), _) => Some((json_answer(&serde_json::from_str::<Value>(text).unwrap_or(Value::Bool(true))), "json_schema")),
             (None, Some(ResponseFormat::Json(schema))) => Some((json_answer(schema), "response_format")),
             _ => None,
         };
-        return Ok(());
+        return Ok(ChatPlan { grammar, ..ChatPlan::default() });
     };
     let chat = chat?;
     let options = &mut req.chat;
@@ -219,9 +220,8 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
             let markers = ReasoningMarkers { start: start.clone(), end: end.clone() };
             budget_plan(options, &prompt, &markers)
         });
-        req.plan = ChatPlan { output: None, reader: Some(made.parser.clone()), grammar, marker_tokens: markers, reasoning_budget: budget };
         req.prompt = vec![PromptPart::Chat(prompt)];
-        return Ok(());
+        return Ok(ChatPlan { output: None, reader: Some(made.parser.clone()), grammar, marker_tokens: markers, reasoning_budget: budget });
     }
     let grammar = constraint_grammar(format, options, start, &special).map(|g| (Grammar::Lark(g), field));
     if req.grammar.is_some() && grammar.is_some() {
@@ -230,7 +230,7 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
             "cannot be combined with tools or a JSON response_format (they bring their own constraint)",
         ));
     }
-    req.plan = ChatPlan {
+    let plan = ChatPlan {
         output: (output.calls.is_some() || output.reasoning.is_some()).then_some(output),
         reader: None,
         grammar,
@@ -238,7 +238,7 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
         reasoning_budget: format.reasoning.as_ref().and_then(|m| budget_plan(options, &prompt, m)),
     };
     req.prompt = vec![PromptPart::Chat(prompt)];
-    Ok(())
+    Ok(plan)
 }
 
 /// The request's `reasoning_budget` with the family's thinking markers, and

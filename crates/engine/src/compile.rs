@@ -1,6 +1,6 @@
 //! Constraints compiled off the engine thread. A schema or a tool list is
 //! compiled by llguidance once per distinct grammar (later requests copy
-//! it); even bounded (`core::request::schema`, `ParserLimits`) a compile
+//! it); even bounded (`core::json::schema`, `ParserLimits`) a compile
 //! can take a good part of a second, and on the engine thread that would
 //! be a second without tokens for every other request. So a request whose
 //! constraint is not compiled yet goes to this thread and comes back to the

@@ -64,7 +64,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
 use llama_engine_core::cache::prompt_cache::CacheStats;
-use llama_engine_core::chat::format::ChatFormat;
+use llama_engine_core::chat::format::{ChatFormat, ChatPlan};
 use llama_engine_core::embed::{parse_embed_request, EmbedInput};
 use llama_engine_core::error::{EngineError, Result};
 use llama_engine_core::request::{parse_request_json, CompletionRequest, RequestLimits};
@@ -185,22 +185,23 @@ impl Engine {
     }
 
     fn prepare_job(&self, id: u64, json: &str, sink: Box<dyn EventSink>, cancel: Arc<AtomicBool>) {
-        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(CompletionRequest, Vec<LlamaToken>)> {
-            let mut request = parse_request_json(json, &self.limits())?;
-            self.prepare(&mut request)?;
-            let tokens = self.tokenize_request(&request)?;
-            Ok((request, tokens))
-        }))
-        .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
+        let prepared =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(CompletionRequest, ChatPlan, Vec<LlamaToken>)> {
+                let mut request = parse_request_json(json, &self.limits())?;
+                let plan = self.prepare(&mut request)?;
+                let tokens = self.tokenize_request(&request)?;
+                Ok((request, plan, tokens))
+            }))
+            .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
         memory::release_after(json.len());
-        let (request, tokens) = match prepared {
+        let (request, plan, tokens) = match prepared {
             Ok(p) => p,
             Err(e) => {
                 self.shared.end_preparing(id);
                 return sink.finish(Err(e));
             }
         };
-        let job = Job { id, request, sink, cancel, session: None, compiled: None, tokens: Some(tokens) };
+        let job = Job { id, request, plan, sink, cancel, session: None, compiled: None, tokens: Some(tokens) };
         match self.shared.submit_prepared(job) {
             Ok(()) => {}
             Err(shared::NotQueued::Closed(job)) => job.sink.finish(Err(EngineError::disposed())),
@@ -234,8 +235,8 @@ impl Engine {
     }
 
     /// Makes a request ready (on the preparing thread): a chat request's
-    /// messages rendered into its prompt, the plan of its output.
-    pub fn prepare(&self, request: &mut CompletionRequest) -> Result<()> {
+    /// messages rendered into its prompt; returns the plan of its output.
+    pub fn prepare(&self, request: &mut CompletionRequest) -> Result<ChatPlan> {
         let model = self.model()?;
         chat::prepare(request, self.vocab.chat(), &model)
     }

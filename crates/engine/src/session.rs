@@ -13,6 +13,7 @@ use super::shared::{Job, SessionJob};
 use super::Engine;
 use crate::kv::KV_SETTINGS;
 use llama_engine_core::cache::session::{Expect, ModelId, Session};
+use llama_engine_core::chat::format::ChatPlan;
 use llama_engine_core::error::{EngineError, ErrorCode, Result};
 use llama_engine_core::request::{parse_request, CompletionRequest, PromptPart, RequestLimits};
 use llama_engine_core::text::events::EventSink;
@@ -46,7 +47,16 @@ impl Engine {
                 Ok((tokens, request, session)) => {
                     let id = engine.next_job_id();
                     let cancel = Arc::new(AtomicBool::new(false));
-                    engine.submit(Job { id, request, sink, cancel, session: Some(session), compiled: None, tokens: Some(tokens) });
+                    engine.submit(Job {
+                        id,
+                        request,
+                        plan: ChatPlan::default(),
+                        sink,
+                        cancel,
+                        session: Some(session),
+                        compiled: None,
+                        tokens: Some(tokens),
+                    });
                 }
                 Err(e) => sink.reply(Err(e)),
             }
@@ -105,6 +115,7 @@ impl Engine {
                     let job = Job {
                         id,
                         request: CompletionRequest::default(),
+                        plan: ChatPlan::default(),
                         sink,
                         cancel: Arc::new(AtomicBool::new(false)),
                         session: Some(SessionJob::Load(Box::new(session))),

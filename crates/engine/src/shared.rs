@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::embed::EmbedJob;
 use llama_engine_core::cache::prompt_cache::CacheStats;
 use llama_engine_core::cache::session::Session;
+use llama_engine_core::chat::format::ChatPlan;
 use llama_engine_core::error::EngineError;
 use llama_engine_core::request::CompletionRequest;
 use llama_engine_core::sampling::constraint::{Constraint, Grammar};
@@ -27,7 +28,11 @@ use llama_engine_core::text::events::EventSink;
 /// go, and the flag that cancels it; for a session job, what to do with it.
 pub struct Job {
     pub id: u64,
+    /// What the caller sent, parsed and checked (a chat request's messages
+    /// rendered into its prompt by then).
     pub request: CompletionRequest,
+    /// What preparing it decided: how its output is read and constrained.
+    pub plan: ChatPlan,
     pub sink: Box<dyn EventSink>,
     pub cancel: Arc<AtomicBool>,
     pub session: Option<SessionJob>,

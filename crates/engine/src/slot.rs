@@ -206,6 +206,9 @@ pub type KeptController = ((usize, bool, bool), DraftController);
 pub struct Request<'m> {
     id: u64,
     req: CompletionRequest,
+    /// The request field whose constraint this is (`tools`, `json_schema`,
+    /// `response_format`), to name it when the constraint fails.
+    constraint_field: Option<&'static str>,
     /// A session save: where the evaluated prompt's cells go.
     save: Option<(PathBuf, Value)>,
     sink: Box<dyn EventSink>,
@@ -241,13 +244,14 @@ impl<'m> Request<'m> {
         let ids: Vec<i32> = prompt.tokens.iter().map(|t| t.0).collect();
         chain.begin(&ids);
         let id_seed = job.id ^ sampler.seed().rotate_left(17) ^ noise::from_os().random::<u64>();
-        let plan = &job.request.plan;
+        let plan = &job.plan;
         let output = match (&plan.reader, &plan.output) {
             (Some(parser), _) => Some(Reader::Whole(ReparseReader::new(parser.clone(), id_seed))),
             (None, Some(f)) => Some(Reader::Ours(Box::new(OutputParser::new(f.clone(), id_seed)))),
             (None, None) => None,
         };
-        let markers = job.request.plan.marker_tokens.clone();
+        let markers = job.plan.marker_tokens.clone();
+        let constraint_field = job.plan.grammar.as_ref().map(|(_, field)| *field);
         let save = match job.session {
             Some(SessionJob::Save { path, conversation }) => Some((path, conversation)),
             _ => None,
@@ -258,6 +262,7 @@ impl<'m> Request<'m> {
             text: TextStream::new(job.request.stop.clone()),
             output,
             markers,
+            constraint_field,
             req: job.request,
             sink: job.sink,
             cancel: job.cancel,
@@ -572,8 +577,8 @@ impl<'m> Request<'m> {
         self.chain.end();
         if stop == Stop::Failed {
             let why = self.sampler.failure().unwrap_or("the constraint failed").to_string();
-            let e = match &self.req.plan.grammar {
-                Some((_, field)) if is_limit(&why) => {
+            let e = match self.constraint_field {
+                Some(field) if is_limit(&why) => {
                     EngineError::invalid(field, format!("this constraint needs more work per token than the engine allows ({why})"))
                 }
                 _ => EngineError::internal(why),

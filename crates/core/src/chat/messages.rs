@@ -5,7 +5,7 @@
 use serde_json::{Map, Value as Json};
 
 use crate::error::{EngineError, Result};
-use crate::request::describe::{truncate, type_name};
+use crate::json::describe::{truncate, type_name};
 
 /// Most messages in one request.
 pub const MAX_MESSAGES: usize = 100_000;

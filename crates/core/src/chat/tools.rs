@@ -8,10 +8,10 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{EngineError, Result};
-use crate::request::describe::{truncate, type_name};
-use crate::request::schema::check_schema;
+use crate::json::describe::{truncate, type_name};
+use crate::json::schema::check_schema;
 #[cfg(test)]
-use crate::request::schema::MAX_PROPERTIES;
+use crate::json::schema::MAX_PROPERTIES;
 
 /// Most tools in one request.
 pub const MAX_TOOLS: usize = 128;

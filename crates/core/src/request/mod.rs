@@ -1,10 +1,10 @@
 //! What a caller hands in, parsed and validated before anything reaches
 //! llama.cpp: completion requests (`parse`, with the one list of their
 //! fields in `fields`), load options (`options`), grammars (`gbnf`), and the
-//! prompt's truncation rules (`prompt`). Everything past this module works
+//! prompt's truncation rules (`prompt`). JSON schemas and the wording of
+//! error messages are `crate::json`'s, shared with `chat`. Everything past this module works
 //! on the typed, validated values defined here.
 
-pub(crate) mod describe;
 pub mod fields;
 #[cfg(test)]
 mod fuzz;
@@ -12,13 +12,11 @@ pub mod gbnf;
 pub mod options;
 pub mod parse;
 pub mod prompt;
-pub mod schema;
 #[cfg(test)]
 mod tests;
 
 use serde_json::Value;
 
-use crate::chat::format::ChatPlan;
 use crate::chat::tools::ChatOptions;
 use crate::chat::ChatMessage;
 use parse::{f32_json, object};
@@ -151,8 +149,6 @@ pub struct CompletionRequest {
     pub json_schema: Option<String>,
     /// Tools, response format, reasoning and template variables (chat requests).
     pub chat: ChatOptions,
-    /// What the engine decided when it prepared the request (not on the wire).
-    pub plan: ChatPlan,
     pub cache_prompt: bool,
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
@@ -199,7 +195,6 @@ impl Default for CompletionRequest {
             grammar: None,
             json_schema: None,
             chat: ChatOptions::default(),
-            plan: ChatPlan::default(),
             cache_prompt: true,
             ignore_eos: false,
             sampling: SamplingParams::default(),

@@ -9,13 +9,13 @@ use std::fmt::Display;
 
 use serde_json::{Map, Number, Value};
 
-use super::describe::{truncate, type_name};
 use super::fields::*;
 use super::gbnf::check_gbnf;
 use super::{CompletionRequest, PromptPart, RequestLimits, SamplingParams, SpecMode, SpeculativeParams, MAX_LORAS, MAX_LORA_SCALE};
 use crate::chat::parse_messages;
 use crate::chat::tools::{parse_chat_options, ResponseFormat};
 use crate::error::{EngineError, Result};
+use crate::json::describe::{truncate, type_name};
 
 pub(super) const MAX_PROMPT_BYTES: usize = 8 * 1024 * 1024;
 pub(super) const MAX_PROMPT_ITEMS: usize = 1_000_000;
@@ -78,7 +78,6 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         grammar,
         json_schema,
         chat,
-        plan: Default::default(),
         cache_prompt: f.bool(&CACHE_PROMPT)?.unwrap_or(d.cache_prompt),
         ignore_eos: f.bool(&IGNORE_EOS)?.unwrap_or(d.ignore_eos),
         sampling: parse_sampling(&f, limits)?,
@@ -347,7 +346,7 @@ fn parse_json_schema(value: Option<&Value>) -> Result<Option<String>> {
     if nesting_exceeds(&schema, MAX_SCHEMA_DEPTH) {
         return Err(invalid(format!("nested more than {MAX_SCHEMA_DEPTH} levels deep")));
     }
-    super::schema::check_schema(&schema, JSON_SCHEMA.name)?;
+    crate::json::schema::check_schema(&schema, JSON_SCHEMA.name)?;
     serde_json::to_string(&*schema).map(Some).map_err(|e| invalid(e.to_string()))
 }
 

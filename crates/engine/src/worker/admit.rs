@@ -19,7 +19,7 @@ use crate::model;
 use crate::sampler::TokenSampler;
 use crate::shared::{Job, SessionJob};
 use crate::slot::{PromptTokens, Request};
-use llama_engine_core::chat::format::json_answer;
+use llama_engine_core::chat::format::{json_answer, ChatPlan};
 use llama_engine_core::chat::tools::ResponseFormat;
 use llama_engine_core::error::{EngineError, Result};
 use llama_engine_core::request::gbnf::check_gbnf;
@@ -84,7 +84,7 @@ impl<'m> Worker<'m> {
         };
         let compiled = job.compiled.take();
         let tokens = job.tokens.take();
-        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, compiled, tokens)))
+        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, &job.plan, compiled, tokens)))
             .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
         match prepared {
             Ok(prepared) => self.start(job, prepared),
@@ -99,7 +99,7 @@ impl<'m> Worker<'m> {
     /// request goes to the compiling thread (it comes back to the front of
     /// the queue with it); others go on. `None`: the job is on its way.
     fn compile_first(&mut self, job: Job) -> Option<Job> {
-        let Some((grammar, field)) = &job.request.plan.grammar else { return Some(job) };
+        let Some((grammar, field)) = &job.plan.grammar else { return Some(job) };
         if job.compiled.is_some() || self.compiled.iter().any(|(g, _)| g == grammar) {
             return Some(job);
         }
@@ -129,6 +129,7 @@ impl<'m> Worker<'m> {
     fn prepare(
         &mut self,
         req: &CompletionRequest,
+        plan: &ChatPlan,
         compiled: Option<Result<(Grammar, Constraint)>>,
         tokens: Option<Vec<LlamaToken>>,
     ) -> Result<Prepared> {
@@ -145,7 +146,7 @@ impl<'m> Worker<'m> {
         }
         let lora = self.loras.scales_for(req.lora.as_deref())?;
         let grammar = grammar(req, &self.models.target)?;
-        let constraint = match &req.plan.grammar {
+        let constraint = match &plan.grammar {
             Some((g, _)) => match self.constraint(g, compiled) {
                 Ok(c) => Some(Rc::new(RefCell::new(c))),
                 // A family's own call grammar that llguidance cannot follow
@@ -157,10 +158,12 @@ impl<'m> Worker<'m> {
         };
         let info = &self.models.info;
         let mut sampler = TokenSampler::new(&self.models.target, req, grammar.as_deref(), constraint.clone(), &info.eog, info.n_ctx)?;
-        if let Some(plan) = &req.plan.reasoning_budget {
+        if let Some(budget_plan) = &plan.reasoning_budget {
             let model = self.models.target.clone();
             let tokens = |text: &str| -> Vec<i32> { model.vocab().tokenize(text.as_bytes(), false, true).iter().map(|t| t.0).collect() };
-            if let Some(budget) = ReasoningBudget::new(tokens(&plan.start), tokens(&plan.end), plan.budget, plan.open) {
+            if let Some(budget) =
+                ReasoningBudget::new(tokens(&budget_plan.start), tokens(&budget_plan.end), budget_plan.budget, budget_plan.open)
+            {
                 let completes = Box::new(move |t: i32| {
                     let piece = model.vocab().token_to_piece(LlamaToken(t), false, None);
                     std::str::from_utf8(&piece).map_or_else(|e| e.error_len().is_some(), |_| true)
