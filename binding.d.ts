@@ -100,6 +100,13 @@ export declare function buildInfo(): { dynamicBackends: boolean }
 export declare function configureGpu(path?: string | undefined | null, reason?: string | undefined | null): boolean
 
 /** The stable `code` of every error the engine raises. */
+/**
+ * Every drafter, in the order a request's chain tries them: its name (a
+ * `speculative.mode` word and a token `source`), when it runs, whether it
+ * needs a draft model, and the acceptance its controller assumes at first.
+ */
+export declare function drafters(): Record<string, unknown>[]
+
 export declare function errorCodes(): Array<string>
 
 /**

@@ -37,6 +37,24 @@ export interface RequestField {
 /** Every request field this version accepts (for tools that build requests: CLIs, servers). */
 export declare const requestFields: readonly RequestField[]
 
+/** A drafter of the engine's table (`drafters`). */
+export interface Drafter {
+  /** A word of `speculative.mode`, the `source` of the tokens it proposed, its key in `speculative.drafters`. */
+  name: Exclude<TokenSource, 'target'>
+  /** `always`: in every request that speculates (what a constraint forces); `named`: when the mode names it, or `auto` includes it. */
+  runs: 'always' | 'named'
+  inAuto: boolean
+  needsDraftModel: boolean
+  /** The acceptance rate its controller assumes before it has measured any. */
+  prior: number
+}
+
+/** Every drafter, in the order a request's chain tries them. */
+export declare const drafters: readonly Drafter[]
+
+/** Where a generated token came from: the target model, or the drafter that proposed it. */
+export type TokenSource = 'target' | 'grammar' | 'ngram' | 'draft'
+
 export interface EngineOptions {
   /** A GGUF file, or a model to fetch first: `hf:OWNER/REPO:QUANT`, `hf:OWNER/REPO/FILE.gguf`, `https://…` (`resolveModel`). */
   modelPath: string
@@ -222,7 +240,7 @@ export interface ToolCallDelta {
   arguments?: string
 }
 
-export type SpeculativeMode = 'auto' | 'off' | 'draft' | 'ngram' | 'ngram+draft'
+export type SpeculativeMode = 'auto' | 'off' | 'ngram' | 'draft' | 'ngram+draft'
 
 export interface SpeculativeOptions {
   /** Default "auto". */
@@ -320,7 +338,7 @@ export interface TokenProbability {
 export interface GeneratedToken {
   id: number
   piece: string
-  source: 'target' | 'draft' | 'ngram' | 'grammar'
+  source: TokenSource
   probs?: TokenProbability[]
 }
 
@@ -724,5 +742,6 @@ declare const llamaEngine: {
   inspectModel: typeof inspectModel
   errorCodes: typeof errorCodes
   requestFields: typeof requestFields
+  drafters: typeof drafters
 }
 export default llamaEngine

@@ -19,6 +19,7 @@ const CODES = new Set(errorCodes)
 
 /** The request fields this version accepts: name, type, kind, range, default, doc. */
 const requestFields = Object.freeze(native.binding.requestFields())
+const drafters = Object.freeze(native.binding.drafters().map((d) => Object.freeze(d)))
 // The request fields that reach a chat template besides `messages`.
 const TEMPLATE_FIELDS = ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']
 
@@ -610,4 +611,4 @@ async function inspectModel(uri, options = {}) {
   return info
 }
 
-module.exports = { LlamaEngine, quantizeModel, resolveModel, inspectModel, errorCodes, requestFields }
+module.exports = { LlamaEngine, quantizeModel, resolveModel, inspectModel, errorCodes, requestFields, drafters }

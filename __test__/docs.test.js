@@ -3,7 +3,7 @@
 // API table against the runtime class, so none of them can drift apart.
 const fs = require('node:fs')
 const path = require('node:path')
-const { LlamaEngine, requestFields, errorCodes } = require('..')
+const { LlamaEngine, requestFields, errorCodes, drafters } = require('..')
 const { loadNative } = require('../native-loader.js')
 
 const root = path.join(__dirname, '..')
@@ -72,6 +72,16 @@ test('every field has a documented kind, and ranges where it is a number', () =>
   }
   const mode = requestFields.find((f) => f.name === 'speculative').fields.find((f) => f.name === 'mode')
   expect(dts).toContain(`export type SpeculativeMode = ${mode.choices.map((c) => `'${c}'`).join(' | ')}`)
+})
+
+test('the token sources and speculative modes of index.d.ts are the drafter table’s', () => {
+  const union = /export type TokenSource = ([^\n]+)/.exec(dts)[1]
+  expect([...union.matchAll(/'([\w+]+)'/g)].map((m) => m[1])).toEqual(['target', ...drafters.map((d) => d.name)])
+  const named = drafters.filter((d) => d.runs === 'named').map((d) => d.name)
+  const mode = requestFields.find((f) => f.name === 'speculative').fields.find((f) => f.name === 'mode')
+  for (const name of named) expect(mode.choices).toContain(name)
+  expect(mode.choices).toContain(named.join('+'))
+  for (const d of drafters) expect(Object.keys(d).sort()).toEqual(members(iface('Drafter')).sort())
 })
 
 test('the error codes of index.d.ts and of the README table are the engine’s own list', () => {

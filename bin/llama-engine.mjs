@@ -28,13 +28,19 @@ const DEFAULT_MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 // of them (name, kind, default, doc): --top_k N, --ignore_eos, --stop STR;
 // the speculative ones as --n-max N (and --spec MODE for the mode). Those
 // the CLI sets itself (the prompt, chat messages; lora: --lora loads adapters) are left out.
-const { requestFields } = createRequire(import.meta.url)('../index.js')
+const { requestFields, drafters } = createRequire(import.meta.url)('../index.js')
 const OWN = new Set(['prompt', 'messages', 'speculative', 'lora'])
 const REQUEST_FLAGS = requestFields.filter((f) => !OWN.has(f.name))
 const SPECULATIVE_FLAGS = requestFields.find((f) => f.name === 'speculative').fields.map((f) => ({
   ...f,
   flag: f.name === 'mode' ? 'spec' : f.name.replace(/_/g, '-'),
 }))
+
+// A colour per drafter of the engine's table, in its order (grammar
+// magenta, ngram yellow, draft cyan, then the rest); target tokens plain.
+const PALETTE = [['\x1b[35m', 'magenta'], ['\x1b[33m', 'yellow'], ['\x1b[36m', 'cyan'], ['\x1b[32m', 'green'], ['\x1b[34m', 'blue'], ['\x1b[31m', 'red']]
+const COLORS = Object.fromEntries(drafters.map((d, i) => [d.name, PALETTE[i % PALETTE.length][0]]))
+const COLOR_NAMES = drafters.map((d, i) => `${d.name} ${PALETTE[i % PALETTE.length][1]}`)
 
 /** A boolean field with default true is turned off with --no-NAME; one with default false is a plain flag. */
 const boolFlag = (name, field) => (field.default === true ? `no-${name}` : name)
@@ -121,9 +127,9 @@ ${SPECULATIVE_FLAGS.map((f) => fieldHelp(f.flag, f)).join('\n')}
 Request fields (the names of the request; --stop repeats; JSON values for the structured ones):
 ${REQUEST_FLAGS.map((f) => fieldHelp(f.name, f)).join('\n')}
 
-On a terminal, tokens accepted from the draft model are cyan and tokens from
-n-gram drafts yellow; the target model's own tokens are plain. Ctrl-C stops
-the generation and prints the summary (exit code 130).
+On a terminal, tokens accepted from a drafter are coloured by drafter
+(${COLOR_NAMES.join(', ')}); the target model's own tokens are plain.
+Ctrl-C stops the generation and prints the summary (exit code 130).
 `
 
 export class UsageError extends Error {}
@@ -288,7 +294,6 @@ function opening(cli) {
 }
 
 const RESET = '\x1b[0m'
-const COLORS = { draft: '\x1b[36m', ngram: '\x1b[33m' } // cyan, yellow; target tokens plain
 const paint = (on, source, text) => (on && COLORS[source] ? COLORS[source] + text + RESET : text)
 
 const fixed = (x, digits = 1) => (Number.isFinite(x) ? x.toFixed(digits) : 'n/a')

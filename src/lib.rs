@@ -586,6 +586,14 @@ pub fn error_codes() -> Vec<&'static str> {
     ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
 }
 
+/// Every drafter, in the order a request's chain tries them: its name (a
+/// `speculative.mode` word and a token `source`), when it runs, whether it
+/// needs a draft model, and the acceptance its controller assumes at first.
+#[napi(ts_return_type = "Record<string, unknown>[]")]
+pub fn drafters() -> Value {
+    llama_engine_core::speculation::registry::drafters_json()
+}
+
 /// Every request field: name, TypeScript type, kind, range, default and a
 /// line of documentation (the one list the parser checks against).
 #[napi(ts_return_type = "Record<string, unknown>[]")]

@@ -18,6 +18,7 @@ use llama_engine_core::request::prompt::common_prefix;
 use llama_engine_core::sampling::noise::PositionNoise;
 use llama_engine_core::sampling::Dist;
 use llama_engine_core::speculation::controller::confidence_class;
+use llama_engine_core::speculation::draft_model::ENTRY as DRAFT;
 use llama_engine_core::speculation::drafter::{Draft, Drafter, SpareBranches};
 use llama_engine_core::text::events::TokenSource;
 
@@ -232,7 +233,7 @@ impl<'m> ModelDrafter<'m> {
         let history: Vec<LlamaToken> = history.iter().map(|&t| LlamaToken(t)).collect();
         let mut cx = self.cx.borrow_mut();
         let (ok, synced, sync_ms) = cx.sync(self.seq, &history);
-        let mut draft = Draft::new(Vec::new(), TokenSource::Draft, Vec::new());
+        let mut draft = Draft::new(Vec::new(), TokenSource(DRAFT.name), Vec::new());
         let start = Instant::now();
         let mut steps = 0;
         if ok {
@@ -370,7 +371,7 @@ fn grow_tree(cx: &mut DraftContext, seq: usize, depth: usize, s: DraftSettings) 
 
 impl Drafter for ModelDrafter<'_> {
     fn name(&self) -> &'static str {
-        "draft"
+        DRAFT.name
     }
 
     fn draft(&mut self, history: &[i32], n_max: usize, position: usize) -> Option<Draft> {
@@ -406,7 +407,7 @@ impl Drafter for ModelDrafter<'_> {
 
 /// A draft of deterministic choices: each token a point mass for verification.
 fn point_masses(tokens: Vec<i32>) -> Draft {
-    Draft::new(tokens, TokenSource::Draft, Vec::new())
+    Draft::new(tokens, TokenSource(DRAFT.name), Vec::new())
 }
 
 /// The two largest logits' ids.

@@ -27,6 +27,7 @@ use llama_engine_core::sampling::Dist;
 use llama_engine_core::speculation::controller::DraftController;
 use llama_engine_core::speculation::cost::DraftPrices;
 use llama_engine_core::speculation::drafter::{Draft, DrafterChain};
+use llama_engine_core::speculation::registry::DRAFTERS;
 use llama_engine_core::speculation::verify::verify_draft;
 use llama_engine_core::text::events::{
     CompletionResult, EventSink, ResultFunction, ResultToolCall, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource,
@@ -199,9 +200,13 @@ pub struct PromptTokens {
     pub truncated: bool,
 }
 
-/// What a finished request leaves behind for the next one: the draft
-/// model's controller, under the key of the settings it learnt with.
-pub type KeptController = ((usize, bool, bool), DraftController);
+/// The settings a kept controller learnt with: `n_max`, `adaptive`, greedy.
+pub type ControllerKey = (usize, bool, bool);
+
+/// What a finished request leaves behind for the next one: the controller
+/// of a drafter whose table entry keeps it (the draft model's), under its
+/// name and the key of the settings it learnt with.
+pub type KeptController = ((&'static str, ControllerKey), DraftController);
 
 pub struct Request<'m> {
     id: u64,
@@ -417,7 +422,7 @@ impl<'m> Request<'m> {
         }
         let (token, dist) = self.sampler.sample(ctx, row as i32, self.wants_dist(), 0);
         self.sampler.accept(token);
-        Ok((token, TokenSource::Target, dist))
+        Ok((token, TokenSource::TARGET, dist))
     }
 
     /// Verifies a generating request's step (`core::speculation::verify`):
@@ -450,10 +455,10 @@ impl<'m> Request<'m> {
         if draft.is_some() {
             self.chain.judged(n_ok);
         }
-        let source = draft.map_or(TokenSource::Target, |d| d.source);
+        let source = draft.map_or(TokenSource::TARGET, |d| d.source);
         let tokens: Vec<StepToken> = tokens
             .into_iter()
-            .map(|(t, from_draft, dist)| (LlamaToken(t), if from_draft { source } else { TokenSource::Target }, dist))
+            .map(|(t, from_draft, dist)| (LlamaToken(t), if from_draft { source } else { TokenSource::TARGET }, dist))
             .collect();
         if let Some(ms) = alone_ms {
             self.chain.observe_step(tokens.len(), ms);
@@ -559,7 +564,7 @@ impl<'m> Request<'m> {
     /// reason that does not flush it, the result goes to the sink after the
     /// last event. Returns the draft model's controller, to keep for the
     /// next request with the same settings.
-    pub fn finish(mut self: Box<Self>, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> Option<KeptController> {
+    pub fn finish(mut self: Box<Self>, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> Vec<KeptController> {
         if matches!(stop, Stop::Abort | Stop::Failed) || (stop == Stop::Limit && (self.text.held_bytes() > 0 || self.output.is_some())) {
             let mut delta = Delta::default();
             self.flush(&mut delta);
@@ -584,12 +589,16 @@ impl<'m> Request<'m> {
                 _ => EngineError::internal(why),
             };
             self.sink.finish(Err(e));
-            return None;
+            return Vec::new();
         }
         let result = self.result(stop, model_name, n_ctx, batch_invariant);
         let spec = &self.req.speculative;
         let key = (spec.n_max, spec.adaptive, self.sampler.is_greedy());
-        let kept = self.chain.take_controller("draft").map(|ctl| (key, ctl));
+        let kept = DRAFTERS
+            .iter()
+            .filter(|e| e.keeps_controller)
+            .filter_map(|e| self.chain.take_controller(e.name).map(|ctl| ((e.name, key), ctl)))
+            .collect();
         self.sink.finish(Ok(result));
         kept
     }

@@ -12,6 +12,28 @@ const I32_MIN: i64 = i32::MIN as i64;
 const INF: f64 = f64::INFINITY;
 
 /// How a field's value is checked.
+/// The strings of a `Kind::Listed`, computed from their table.
+#[derive(Clone, Copy)]
+pub struct Listing(pub fn() -> &'static [&'static str]);
+
+impl Listing {
+    pub fn get(&self) -> &'static [&'static str] {
+        (self.0)()
+    }
+}
+
+impl PartialEq for Listing {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for Listing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
     /// An integral number (`5.0` counts) in `min..=max`.
@@ -28,6 +50,8 @@ pub enum Kind {
     Text,
     /// One of these strings.
     Choice(&'static [&'static str]),
+    /// One of the strings a table elsewhere lists (the drafters' modes).
+    Listed(Listing),
     /// An object whose fields are listed too.
     Object(&'static [Field]),
     /// A structured value checked by its own parser; its TypeScript type.
@@ -56,6 +80,7 @@ impl Field {
             Kind::Bool => "boolean".into(),
             Kind::Text => "string".into(),
             Kind::Choice(names) => names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(" | "),
+            Kind::Listed(names) => names.get().iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(" | "),
             Kind::Object(_) => "object".into(),
             Kind::Other(ts) => ts.into(),
         }
@@ -88,6 +113,10 @@ impl Field {
             Kind::Choice(names) => {
                 v["kind"] = "choice".into();
                 v["choices"] = names.to_vec().into();
+            }
+            Kind::Listed(names) => {
+                v["kind"] = "choice".into();
+                v["choices"] = names.get().to_vec().into();
             }
             Kind::Object(fields) => {
                 v["kind"] = "object".into();
@@ -207,7 +236,7 @@ pub const LORA: Field = Field::new(
 
 pub const SPEC_MODE: Field = Field::new(
     "mode",
-    Kind::Choice(&["auto", "off", "draft", "ngram", "ngram+draft"]),
+    Kind::Listed(Listing(crate::speculation::registry::mode_names)),
     "\"auto\"",
     "which drafters propose tokens (auto = every drafter this engine has)",
 );
@@ -323,6 +352,6 @@ mod tests {
         assert_eq!(top_p["max"], 1.0);
         let spec = v.as_array().unwrap().iter().find(|f| f["name"] == "speculative").unwrap();
         assert_eq!(spec["fields"].as_array().unwrap().len(), SPECULATIVE_FIELDS.len());
-        assert_eq!(SPEC_MODE.ts_type(), r#""auto" | "off" | "draft" | "ngram" | "ngram+draft""#);
+        assert_eq!(SPEC_MODE.ts_type(), r#""auto" | "off" | "ngram" | "draft" | "ngram+draft""#);
     }
 }

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::chat::tools::ChatOptions;
 use crate::chat::ChatMessage;
+use crate::speculation::registry::{self, DrafterSet};
 use parse::{f32_json, object};
 pub use parse::{parse_request, parse_request_json};
 
@@ -38,33 +39,39 @@ pub struct RequestLimits {
     pub n_ctx: u32,
 }
 
+/// `speculative.mode`: every drafter the engine has (`auto`), none
+/// (`off`), or the ones it names (`ngram`, `draft`, `ngram+draft`: the names
+/// and their sets come from the drafter table, `speculation::registry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SpecMode {
     #[default]
     Auto,
     Off,
-    Draft,
-    Ngram,
-    NgramDraft,
+    Only(DrafterSet),
 }
 
 impl SpecMode {
-    pub const ALL: [SpecMode; 5] = [SpecMode::Auto, SpecMode::Off, SpecMode::Draft, SpecMode::Ngram, SpecMode::NgramDraft];
+    /// Every mode, in the order of its wire names (`registry::mode_names`).
+    pub fn all() -> impl Iterator<Item = SpecMode> {
+        registry::mode_names().iter().filter_map(|n| SpecMode::parse(n))
+    }
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
             SpecMode::Auto => "auto",
             SpecMode::Off => "off",
-            SpecMode::Draft => "draft",
-            SpecMode::Ngram => "ngram",
-            SpecMode::NgramDraft => "ngram+draft",
+            SpecMode::Only(set) => registry::name_of_set(set),
         }
     }
 
     /// Parses a wire name (case-sensitive).
     pub fn parse(name: &str) -> Option<SpecMode> {
-        Self::ALL.into_iter().find(|mode| mode.as_str() == name)
+        match name {
+            "auto" => Some(SpecMode::Auto),
+            "off" => Some(SpecMode::Off),
+            _ => registry::set_named(name).map(SpecMode::Only),
+        }
     }
 }
 

@@ -167,7 +167,7 @@ fn parse_speculative(value: Option<&Value>) -> Result<SpeculativeParams> {
     let mode = f.check(&SPEC_MODE, |v| {
         let name = v.as_str().ok_or_else(|| format!("expected a string, got {}", type_name(v)))?;
         SpecMode::parse(name).ok_or_else(|| {
-            let names: Vec<String> = SpecMode::ALL.iter().map(|m| format!("{:?}", m.as_str())).collect();
+            let names: Vec<String> = SpecMode::all().map(|m| format!("{:?}", m.as_str())).collect();
             format!("expected one of {}, got {:?}", names.join(", "), truncate(name, 40))
         })
     })?;

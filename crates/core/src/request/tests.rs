@@ -119,13 +119,22 @@ fn every_field_round_trips() {
     assert_eq!(s.logit_bias, vec![(5, Some(-1.5)), (7, None), (0, Some(100.0))]);
     assert_eq!(
         r.speculative,
-        SpeculativeParams { mode: SpecMode::NgramDraft, n_max: 8, n_min: 2, p_min: 0.5, adaptive: false, n_parallel: 4, p_split: 0.3 }
+        SpeculativeParams {
+            mode: SpecMode::parse("ngram+draft").unwrap(),
+            n_max: 8,
+            n_min: 2,
+            p_min: 0.5,
+            adaptive: false,
+            n_parallel: 4,
+            p_split: 0.3
+        }
     );
 }
 
 #[test]
 fn spec_modes() {
-    for mode in SpecMode::ALL {
+    assert_eq!(SpecMode::all().count(), 5);
+    for mode in SpecMode::all() {
         assert_eq!(SpecMode::parse(mode.as_str()), Some(mode));
         let r = ok(with(json!({ "speculative": { "mode": mode.as_str() } })));
         assert_eq!(r.speculative.mode, mode);

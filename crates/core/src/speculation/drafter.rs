@@ -331,7 +331,7 @@ mod tests {
         }
         fn draft(&mut self, _history: &[i32], n_max: usize, _position: usize) -> Option<Draft> {
             let tokens: Vec<i32> = self.tokens.iter().copied().take(n_max).collect();
-            (!tokens.is_empty()).then(|| Draft::new(tokens, TokenSource::Ngram, vec![]))
+            (!tokens.is_empty()).then(|| Draft::new(tokens, TokenSource("ngram"), vec![]))
         }
         fn accept(&mut self, n: usize) {
             self.accepted += n;
@@ -433,7 +433,7 @@ mod tests {
             self.floors.borrow_mut().push(self.floor);
             let n = if 0.4 < self.floor { 0 } else { n_max };
             let classes = vec![crate::speculation::controller::confidence_class(0.4); n];
-            (n > 0).then(|| Draft::new(vec![5; n], TokenSource::Draft, classes))
+            (n > 0).then(|| Draft::new(vec![5; n], TokenSource("draft"), classes))
         }
         fn set_floor(&mut self, floor: f32) {
             self.floor = floor;

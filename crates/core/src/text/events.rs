@@ -8,19 +8,15 @@ use serde_json::Value;
 use crate::chat::output::ToolCallDelta;
 use crate::error::EngineError;
 
-/// Where an emitted token came from.
+/// Where an emitted token came from: `target` (sampled by the target model:
+/// plain decoding, a correction or a bonus token) or the name of the drafter
+/// that proposed it and the target accepted (`speculation::registry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TokenSource {
-    /// Sampled by the target model (plain decoding, a correction or a bonus token).
-    Target,
-    /// Proposed by the draft model and accepted by the target.
-    Draft,
-    /// Proposed by the n-gram cache and accepted by the target.
-    Ngram,
-    /// Forced by the request's constraint (a schema, a tool call) and
-    /// accepted by the target.
-    Grammar,
+#[serde(transparent)]
+pub struct TokenSource(pub &'static str);
+
+impl TokenSource {
+    pub const TARGET: TokenSource = TokenSource("target");
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
@@ -14,35 +14,27 @@ use llama_cpp_2::token::LlamaToken;
 use super::prefix::Start;
 use super::{aborted_before_start, Worker};
 use crate::compile::CompileThread;
-use crate::draft_model::{DraftSettings, ModelDrafter};
+use crate::draft_model::{DraftContext, DraftSettings, ModelDrafter};
 use crate::model;
 use crate::sampler::TokenSampler;
-use crate::shared::{Job, SessionJob};
-use crate::slot::{PromptTokens, Request};
+use crate::shared::{Job, NgramStore, SessionJob};
+use crate::slot::{ControllerKey, KeptController, PromptTokens, Request};
 use llama_engine_core::chat::format::{json_answer, ChatPlan};
 use llama_engine_core::chat::tools::ResponseFormat;
 use llama_engine_core::error::{EngineError, Result};
 use llama_engine_core::request::gbnf::check_gbnf;
-use llama_engine_core::request::{prompt, CompletionRequest, PromptPart, SpecMode};
+use llama_engine_core::request::{prompt, CompletionRequest, PromptPart, SpecMode, SpeculativeParams};
 use llama_engine_core::sampling::budget::ReasoningBudget;
 use llama_engine_core::sampling::constraint::{Compiler, Constraint, Grammar};
 use llama_engine_core::sampling::forced::Tokenize;
-use llama_engine_core::speculation::controller::{DraftController, CONFIDENCE_BUCKETS, CONFIDENCE_PRIORS};
-use llama_engine_core::speculation::drafter::DrafterChain;
-use llama_engine_core::speculation::grammar::GrammarDrafter;
-use llama_engine_core::speculation::ngram::{NgramDrafter, NgramParams, CLASS_PRIORS, NGRAM_PRIOR};
+use llama_engine_core::speculation::controller::DraftController;
+use llama_engine_core::speculation::drafter::{Drafter, DrafterChain};
+use llama_engine_core::speculation::ngram::NgramCache;
+use llama_engine_core::speculation::registry::{self, DrafterEntry, DrafterHost};
 
 const PANIC_PROMPT: &str = "__llama_engine_panic__";
 /// The prompt that aborts the process (the fault an isolated engine survives).
 const ABORT_PROMPT: &str = "__llama_engine_abort__";
-
-/// Acceptance assumed for a draft model before any is measured.
-const MODEL_PRIOR: f64 = 0.7;
-
-/// Acceptance assumed for forced tokens before any is measured: the
-/// sampler forces the same tokens, but the tokenizer may cut the rest of
-/// forced text differently once its first token is written.
-const GRAMMAR_PRIOR: f64 = 0.9;
 
 /// Compiled constraints kept for the next requests with the same grammar
 /// (agents send the same tools every turn): a copy costs microseconds, a
@@ -52,7 +44,8 @@ const COMPILED_KEPT: usize = 16;
 /// What a request needs before it takes a slot.
 struct Prepared {
     sampler: TokenSampler,
-    kinds: Vec<SpecMode>,
+    /// Its drafters, in chain order (none when it does not speculate).
+    drafters: Vec<&'static DrafterEntry>,
     prompt: PromptTokens,
     constraint: Option<Rc<RefCell<Constraint>>>,
     /// Its scale of every loaded LoRA adapter.
@@ -171,7 +164,7 @@ impl<'m> Worker<'m> {
                 sampler = sampler.with_reasoning_budget(budget, completes);
             }
         }
-        let kinds = if sampler.supports_speculation() { self.drafter_kinds(req)? } else { Vec::new() };
+        let drafters = if sampler.supports_speculation() { self.drafters(req)? } else { Vec::new() };
         let mut tokens = match tokens {
             Some(t) => t,
             None => model::tokenize_prompt(&self.models.target, req)?,
@@ -183,7 +176,7 @@ impl<'m> Worker<'m> {
             tokens.shrink_to_fit();
             crate::memory::release_after(4 * n_given);
         }
-        Ok(Prepared { sampler, kinds, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint, lora })
+        Ok(Prepared { sampler, drafters, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint, lora })
     }
 
     /// The request's constraint: the one the compiling thread made for it
@@ -226,7 +219,7 @@ impl<'m> Worker<'m> {
             return job.sink.finish(Err(e));
         }
         let Some((i, start)) = self.place(&p.prompt.tokens, job.request.cache_prompt, tag) else { return };
-        let chain = self.chain(&job.request, &p.kinds, i, p.sampler.is_greedy(), p.sampler.seed(), p.constraint.clone());
+        let chain = self.chain(&job.request, &p.drafters, i, p.sampler.is_greedy(), p.sampler.seed(), p.constraint.clone());
         let (n_past, wait) = match start {
             Start::Ready(n) => (n, None),
             Start::Wait(w) => (0, Some(w)),
@@ -238,34 +231,29 @@ impl<'m> Worker<'m> {
     }
 
     /// The drafters a request may use, in chain order.
-    fn drafter_kinds(&self, req: &CompletionRequest) -> Result<Vec<SpecMode>> {
-        let has_model = self.draft.is_some();
-        let need_model = |kinds: Vec<SpecMode>| {
-            if has_model {
-                Ok(kinds)
-            } else {
-                Err(EngineError::invalid(
-                    "speculative.mode",
-                    format!("\"{}\" needs a draft model: load the engine with draftModelPath", req.speculative.mode.as_str()),
-                ))
-            }
+    /// The drafters a request runs, from the table (`registry::chain_for`):
+    /// none for `off`; a mode naming a drafter that needs the draft model
+    /// this engine lacks is refused.
+    fn drafters(&self, req: &CompletionRequest) -> Result<Vec<&'static DrafterEntry>> {
+        let named = match req.speculative.mode {
+            SpecMode::Off => return Ok(Vec::new()),
+            SpecMode::Auto => None,
+            SpecMode::Only(set) => Some(set),
         };
-        match req.speculative.mode {
-            SpecMode::Off => Ok(vec![]),
-            SpecMode::Ngram => Ok(vec![SpecMode::Ngram]),
-            SpecMode::Draft => need_model(vec![SpecMode::Draft]),
-            SpecMode::NgramDraft => need_model(vec![SpecMode::Ngram, SpecMode::Draft]),
-            SpecMode::Auto if has_model => Ok(vec![SpecMode::Ngram, SpecMode::Draft]),
-            SpecMode::Auto => Ok(vec![SpecMode::Ngram]),
-        }
+        registry::chain_for(named, self.draft.is_some()).map_err(|_| {
+            EngineError::invalid(
+                "speculative.mode",
+                format!("\"{}\" needs a draft model: load the engine with draftModelPath", req.speculative.mode.as_str()),
+            )
+        })
     }
 
-    /// The request's drafters, each with its own controller: what its
-    /// constraint forces first (when it has one), then the others.
+    /// The request's drafters, each made by its table entry with its own
+    /// controller, in table order (what its constraint forces first).
     fn chain(
         &mut self,
         req: &CompletionRequest,
-        kinds: &[SpecMode],
+        drafters: &[&'static DrafterEntry],
         slot: usize,
         greedy: bool,
         seed: u64,
@@ -273,40 +261,61 @@ impl<'m> Worker<'m> {
     ) -> DrafterChain<'m> {
         let spec = &req.speculative;
         let mut chain = DrafterChain::new(spec.n_min);
-        if let (Some(c), false) = (constraint, kinds.is_empty()) {
-            let ctl = DraftController::new(spec.n_max, spec.adaptive, GRAMMAR_PRIOR).with_loss_check(false);
-            chain.push(Box::new(GrammarDrafter::new(c)), ctl);
-        }
-        for kind in kinds {
-            match kind {
-                SpecMode::Ngram => {
-                    // N-gram acceptance depends on how much the answer copies
-                    // from this prompt: every request starts afresh.
-                    let ctl =
-                        DraftController::new(spec.n_max, spec.adaptive, NGRAM_PRIOR).with_loss_check(false).with_classes(&CLASS_PRIORS);
-                    let ngram = &self.shared.ngram;
-                    let d = NgramDrafter::new(NgramParams::default(), ngram.dynamic.clone(), ngram.fixed.clone());
-                    chain.push(Box::new(d), ctl);
-                }
-                _ => {
-                    let Some(cx) = self.draft.clone() else { continue };
-                    let key = (spec.n_max, spec.adaptive, greedy);
-                    let ctl = match self.model_ctls.iter().position(|(k, _)| *k == key) {
-                        Some(p) => self.model_ctls.swap_remove(p).1,
-                        None => DraftController::new(spec.n_max, spec.adaptive, MODEL_PRIOR)
-                            .with_confidence_classes(&CONFIDENCE_BUCKETS, &CONFIDENCE_PRIORS),
-                    };
-                    let settings = DraftSettings {
-                        temperature: req.sampling.temperature,
-                        p_min: spec.p_min,
-                        n_parallel: spec.n_parallel,
-                        p_split: spec.p_split,
-                    };
-                    chain.push(Box::new(ModelDrafter::new(cx, slot, settings, seed)), ctl);
-                }
+        let settings =
+            DraftSettings { temperature: req.sampling.temperature, p_min: spec.p_min, n_parallel: spec.n_parallel, p_split: spec.p_split };
+        let mut host = Host {
+            spec,
+            key: (spec.n_max, spec.adaptive, greedy),
+            constraint,
+            ngram: &self.shared.ngram,
+            draft: self.draft.clone().map(|cx| (cx, slot, settings, seed)),
+            kept: &mut self.kept_ctls,
+        };
+        for e in drafters {
+            if let Some((drafter, ctl)) = (e.make)(e, &mut host) {
+                chain.push(drafter, ctl);
             }
         }
         chain
+    }
+}
+
+/// What the engine offers the drafters a request makes.
+struct Host<'a, 'm> {
+    spec: &'a SpeculativeParams,
+    /// The settings a kept controller is looked up by.
+    key: ControllerKey,
+    constraint: Option<Rc<RefCell<Constraint>>>,
+    ngram: &'a NgramStore,
+    draft: Option<(Rc<RefCell<DraftContext<'m>>>, usize, DraftSettings, u64)>,
+    kept: &'a mut Vec<KeptController>,
+}
+
+impl<'m> DrafterHost<'m> for Host<'_, 'm> {
+    fn n_max(&self) -> usize {
+        self.spec.n_max
+    }
+
+    fn adaptive(&self) -> bool {
+        self.spec.adaptive
+    }
+
+    fn constraint(&self) -> Option<Rc<RefCell<Constraint>>> {
+        self.constraint.clone()
+    }
+
+    fn ngram_caches(&self) -> (Arc<Mutex<NgramCache>>, Option<Arc<NgramCache>>) {
+        (self.ngram.dynamic.clone(), self.ngram.fixed.clone())
+    }
+
+    fn draft_model(&mut self) -> Option<Box<dyn Drafter + 'm>> {
+        let (cx, slot, settings, seed) = self.draft.take()?;
+        Some(Box::new(ModelDrafter::new(cx, slot, settings, seed)))
+    }
+
+    fn kept_controller(&mut self, name: &'static str) -> Option<DraftController> {
+        let p = self.kept.iter().position(|(k, _)| *k == (name, self.key))?;
+        Some(self.kept.swap_remove(p).1)
     }
 }
 

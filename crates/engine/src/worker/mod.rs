@@ -97,8 +97,9 @@ pub struct Worker<'m> {
     slots: Vec<Slot<'m>>,
     costs: BatchCost,
     draft: Option<Rc<RefCell<DraftContext<'m>>>>,
-    /// The draft model's controllers, kept across requests by their settings.
-    model_ctls: Vec<KeptController>,
+    /// Controllers of drafters that keep theirs across requests (the draft
+    /// model's), by drafter and settings.
+    kept_ctls: Vec<KeptController>,
     invariance: InvarianceCheck,
     /// The thread that compiles constraints (started at the first one).
     compile_thread: Option<CompileThread>,
@@ -159,7 +160,7 @@ impl<'m> Worker<'m> {
             slots: (0..parallel).map(|s| Slot::new(s as i32)).collect(),
             costs: BatchCost::new(n_batch + 1),
             draft,
-            model_ctls: Vec::new(),
+            kept_ctls: Vec::new(),
             invariance: InvarianceCheck::default(),
             compile_thread: None,
             compiled: Vec::new(),
@@ -294,9 +295,9 @@ impl<'m> Worker<'m> {
             return;
         }
         let info = &self.models.info;
-        if let Some((key, ctl)) = r.finish(stop, &info.name, info.n_ctx, self.invariance.holds()) {
-            self.model_ctls.retain(|(k, _)| *k != key);
-            self.model_ctls.push((key, ctl));
+        for (key, ctl) in r.finish(stop, &info.name, info.n_ctx, self.invariance.holds()) {
+            self.kept_ctls.retain(|(k, _)| *k != key);
+            self.kept_ctls.push((key, ctl));
         }
     }
 }

@@ -5,9 +5,28 @@
 use std::sync::{Arc, Mutex};
 
 use super::cache::{NgramCache, DYNAMIC_MAX_NGRAMS, NGRAM_MAX};
-use super::lookup::{draft_tokens_classified, NgramParams};
+use super::lookup::{draft_tokens_classified, NgramParams, CLASS_PRIORS, NGRAM_PRIOR};
+use crate::speculation::controller::DraftController;
 use crate::speculation::drafter::{Draft, Drafter};
+use crate::speculation::registry::{DrafterEntry, DrafterHost, Runs};
 use crate::text::events::TokenSource;
+
+/// Prompt lookup: in `auto`, needs nothing but the caches every engine has.
+pub const ENTRY: DrafterEntry = DrafterEntry {
+    name: "ngram",
+    runs: Runs::Named { in_auto: true, needs_draft_model: false },
+    prior: NGRAM_PRIOR,
+    keeps_controller: false,
+    make,
+};
+
+/// N-gram acceptance depends on how much the answer copies from this
+/// prompt: every request starts with a fresh controller.
+fn make<'m>(e: &DrafterEntry, host: &mut dyn DrafterHost<'m>) -> Option<(Box<dyn Drafter + 'm>, DraftController)> {
+    let (dynamic, fixed) = host.ngram_caches();
+    let ctl = DraftController::new(host.n_max(), host.adaptive(), e.prior).with_loss_check(false).with_classes(&CLASS_PRIORS);
+    Some((Box::new(NgramDrafter::new(NgramParams::default(), dynamic, fixed)), ctl))
+}
 
 /// The n-gram drafter: a context cache built from the prompt and accepted
 /// output (updated incrementally), plus shared dynamic and static caches.
@@ -82,7 +101,7 @@ impl NgramDrafter {
 
 impl Drafter for NgramDrafter {
     fn name(&self) -> &'static str {
-        "ngram"
+        ENTRY.name
     }
 
     fn begin(&mut self, prompt: &[i32]) {
@@ -107,7 +126,7 @@ impl Drafter for NgramDrafter {
         }
         self.last_draft = tokens.len();
         self.n_drafted += tokens.len();
-        Some(Draft::new(tokens, TokenSource::Ngram, classes))
+        Some(Draft::new(tokens, TokenSource(ENTRY.name), classes))
     }
 
     fn accept(&mut self, n_accepted: usize) {

@@ -26,5 +26,5 @@ mod lookup;
 mod tests;
 
 pub use cache::{NgramCache, TokenHasher, DYNAMIC_MAX_NGRAMS, NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC};
-pub use drafter::NgramDrafter;
+pub use drafter::{NgramDrafter, ENTRY};
 pub use lookup::{draft_tokens, draft_tokens_classified, NgramParams, CLASS_PRIORS, DRAFT_CLASSES, NGRAM_PRIOR};

@@ -361,7 +361,7 @@ fn drafter_begin_draft_end() {
 
     let draft = d.draft(&prompt, 3, 0).expect("a draft");
     assert_eq!(draft.tokens, vec![4, 5, 6]);
-    assert_eq!(draft.source, TokenSource::Ngram);
+    assert_eq!(draft.source, TokenSource("ngram"));
     d.accept(2);
 
     // history grows by the accepted tokens plus a correction
