@@ -6,7 +6,7 @@
 
 use super::controller::{DraftController, CONFIDENCE_BUCKETS, CONFIDENCE_PRIORS};
 use super::drafter::Drafter;
-use super::registry::{DrafterEntry, DrafterHost, Runs};
+use super::entry::{DrafterEntry, DrafterHost, Runs};
 
 /// In `auto` when the engine has a draft model; named, it needs one.
 pub const ENTRY: DrafterEntry =

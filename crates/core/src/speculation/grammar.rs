@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use super::controller::DraftController;
 use super::drafter::{Draft, Drafter};
-use super::registry::{DrafterEntry, DrafterHost, Runs};
+use super::entry::{DrafterEntry, DrafterHost, Runs};
 use crate::sampling::constraint::Constraint;
 use crate::text::events::TokenSource;
 

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod cost;
 pub mod draft_model;
 pub mod drafter;
+pub mod entry;
 pub mod grammar;
 pub mod invariance;
 pub mod ngram;

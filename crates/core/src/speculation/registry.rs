@@ -7,68 +7,17 @@
 //! and the docs test derive) all read this table: a new drafter is its own
 //! file and one line in `DRAFTERS`.
 //!
-//! A drafter is made through `DrafterHost`, what the engine offers a
-//! request: its constraint, the shared n-gram caches, the draft model, the
-//! controllers kept from earlier requests. A drafter that needs something
-//! of llama.cpp gets it from the host (the draft model is one).
+//! What an entry holds, and what the engine offers a drafter being made
+//! (`DrafterHost`), is `entry`'s.
 
-use std::cell::RefCell;
-use std::rc::Rc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
-use super::controller::DraftController;
-use super::drafter::Drafter;
-use super::ngram::NgramCache;
-use crate::sampling::constraint::Constraint;
+pub use super::entry::{DrafterEntry, DrafterHost, MakeDrafter, Runs};
 
 /// Every drafter, in the order a request's chain tries them.
 pub const DRAFTERS: &[DrafterEntry] = &[super::grammar::ENTRY, super::ngram::ENTRY, super::draft_model::ENTRY];
-
-/// Makes a drafter for a request, with the controller that prices its
-/// drafts; `None` when the host lacks what it needs (no constraint, say).
-pub type MakeDrafter = for<'m> fn(&DrafterEntry, &mut dyn DrafterHost<'m>) -> Option<(Box<dyn Drafter + 'm>, DraftController)>;
-
-pub struct DrafterEntry {
-    /// Its name: a word of `speculative.mode`, the `source` of its accepted
-    /// tokens, its key in `drafters`; the same as its `Drafter::name`.
-    pub name: &'static str,
-    pub runs: Runs,
-    /// Acceptance its controller assumes before it has measured any.
-    pub prior: f64,
-    /// Its controller outlives the request: the engine keeps it (per
-    /// speculative settings) for the next request that makes this drafter.
-    pub keeps_controller: bool,
-    pub make: MakeDrafter,
-}
-
-/// When a request runs a drafter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Runs {
-    /// In every request that speculates at all (whatever its mode names),
-    /// when it has what the drafter needs: the grammar drafter.
-    Always,
-    /// When `speculative.mode` names it, or is `auto` (`in_auto`).
-    Named { in_auto: bool, needs_draft_model: bool },
-}
-
-/// What the engine offers a drafter being made for a request.
-pub trait DrafterHost<'m> {
-    /// The request's `speculative.n_max` and `adaptive`.
-    fn n_max(&self) -> usize;
-    fn adaptive(&self) -> bool;
-    /// The request's constraint (a schema, a tool call, a grammar), shared
-    /// with its sampler.
-    fn constraint(&self) -> Option<Rc<RefCell<Constraint>>>;
-    /// The engine's shared n-gram caches: the dynamic one and the static one.
-    fn ngram_caches(&self) -> (Arc<Mutex<NgramCache>>, Option<Arc<NgramCache>>);
-    /// The draft model as a drafter for this request, if one is loaded.
-    fn draft_model(&mut self) -> Option<Box<dyn Drafter + 'm>>;
-    /// The controller an earlier request left for the drafter `name` under
-    /// this request's settings (`DrafterEntry::keeps_controller`).
-    fn kept_controller(&mut self, name: &'static str) -> Option<DraftController>;
-}
 
 /// A bit per entry of `DRAFTERS`.
 pub type DrafterSet = u32;
@@ -157,8 +106,15 @@ pub fn drafters_json() -> Value {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::sync::{Arc, Mutex};
+
     use super::*;
-    use crate::speculation::drafter::Draft;
+    use crate::sampling::constraint::Constraint;
+    use crate::speculation::controller::DraftController;
+    use crate::speculation::drafter::{Draft, Drafter};
+    use crate::speculation::ngram::NgramCache;
 
     /// A host with everything a drafter could ask for, and a stand-in for
     /// the draft model.

@@ -8,7 +8,7 @@ use super::cache::{NgramCache, DYNAMIC_MAX_NGRAMS, NGRAM_MAX};
 use super::lookup::{draft_tokens_classified, NgramParams, CLASS_PRIORS, NGRAM_PRIOR};
 use crate::speculation::controller::DraftController;
 use crate::speculation::drafter::{Draft, Drafter};
-use crate::speculation::registry::{DrafterEntry, DrafterHost, Runs};
+use crate::speculation::entry::{DrafterEntry, DrafterHost, Runs};
 use crate::text::events::TokenSource;
 
 /// Prompt lookup: in `auto`, needs nothing but the caches every engine has.
