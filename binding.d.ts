@@ -145,3 +145,9 @@ export declare function inspectModel(optionsJson: string): Promise<string>
  * line of documentation (the one list the parser checks against).
  */
 export declare function requestFields(): Record<string, unknown>[]
+
+/**
+ * The keys of every result and event shape the engine emits, by the name
+ * of its TypeScript interface (what the docs test holds `index.d.ts` to).
+ */
+export declare function wireShapes(): Record<string, string[]>

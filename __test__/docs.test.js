@@ -84,6 +84,35 @@ test('the token sources and speculative modes of index.d.ts are the drafter tabl
   for (const d of drafters) expect(Object.keys(d).sort()).toEqual(members(iface('Drafter')).sort())
 })
 
+// Members index.js adds to what the addon emits, each with its reason.
+const ADDED_IN_JS = {
+  TokenEvent: ['type'], // 'token', beside the 'done' event of stream()
+  EngineStatus: ['addon', 'isolation'], // which addon file; the engine's process
+}
+
+test('the result and event interfaces of index.d.ts are the shapes the Rust side emits', () => {
+  const { binding } = loadNative()
+  const shapes = binding.wireShapes()
+  expect(Object.keys(shapes).length).toBeGreaterThanOrEqual(8)
+  for (const [name, keys] of Object.entries(shapes)) {
+    expect({ name, members: members(iface(name)).sort() }).toEqual({ name, members: [...keys, ...(ADDED_IN_JS[name] || [])].sort() })
+  }
+})
+
+test('EngineStatus of index.d.ts is what status() returns', async () => {
+  const engine = await LlamaEngine.load({ modelPath: path.join(root, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf'), contextSize: 256, parallel: 1 })
+  try {
+    const status = engine.status()
+    const body = iface('EngineStatus')
+    const declared = members(body)
+    const required = [...body.matchAll(/^\s{2}(\w+):/gm)].map((m) => m[1])
+    for (const key of Object.keys(status)) expect({ key, declared: declared.includes(key) }).toEqual({ key, declared: true })
+    for (const key of required) expect({ key, emitted: key in status }).toEqual({ key, emitted: true })
+  } finally {
+    await engine.dispose()
+  }
+})
+
 test('the error codes of index.d.ts and of the README table are the engine’s own list', () => {
   const union = /export type ErrorCode = ([^\n]+)/.exec(dts)[1]
   expect([...union.matchAll(/'(\w+)'/g)].map((m) => m[1])).toEqual([...errorCodes])

@@ -594,6 +594,13 @@ pub fn drafters() -> Value {
     llama_engine_core::speculation::registry::drafters_json()
 }
 
+/// The keys of every result and event shape the engine emits, by the name
+/// of its TypeScript interface (what the docs test holds `index.d.ts` to).
+#[napi(ts_return_type = "Record<string, string[]>")]
+pub fn wire_shapes() -> Value {
+    llama_engine_core::text::events::wire_shapes()
+}
+
 /// Every request field: name, TypeScript type, kind, range, default and a
 /// line of documentation (the one list the parser checks against).
 #[napi(ts_return_type = "Record<string, unknown>[]")]

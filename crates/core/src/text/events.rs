@@ -145,6 +145,74 @@ pub struct ResultFunction {
     pub arguments: String,
 }
 
+/// The keys of every shape that leaves the engine as JSON, by the name of
+/// its TypeScript interface in `index.d.ts`: one instance of each with every
+/// field set and every optional one present. The instances are written
+/// field by field (no `..Default::default()`), so a new field does not
+/// compile until it is set here; the binding exports this as `wireShapes()`
+/// and the docs test holds `index.d.ts` to it.
+pub fn wire_shapes() -> Value {
+    let prob = TokenProb { id: 1, piece: "a".into(), prob: 1.0 };
+    let token = TokenOut { id: 1, piece: "a".into(), source: TokenSource::TARGET, probs: Some(vec![prob.clone()]) };
+    let delta = ToolCallDelta { index: 0, id: Some("call_0".into()), name: Some("f".into()), arguments: Some("{}".into()) };
+    let event = TokenEvent {
+        content: "a".into(),
+        reasoning: "r".into(),
+        tool_calls: vec![delta.clone()],
+        tokens: vec![token.clone()],
+        n_drafted: 1,
+        n_accepted: 1,
+    };
+    let call =
+        ResultToolCall { id: "call_0".into(), r#type: "function", function: ResultFunction { name: "f".into(), arguments: "{}".into() } };
+    let timings = Timings::new(1, 1.0, 1, 1.0);
+    let speculative = SpeculativeStats {
+        mode: "auto".into(),
+        n_drafted: 1,
+        n_accepted: 1,
+        acceptance_rate: 1.0,
+        target_passes: 1,
+        draft_ms: 1.0,
+        drafters: [("ngram".to_string(), DrafterStats { n_drafted: 1, n_accepted: 1 })].into(),
+        batch_invariant: true,
+    };
+    let result = CompletionResult {
+        content: "a".into(),
+        stop: true,
+        model: "m".into(),
+        tokens_predicted: 1,
+        tokens_evaluated: 1,
+        tokens_cached: 0,
+        truncated: false,
+        stopped_eos: true,
+        stopped_word: false,
+        stopped_limit: false,
+        stopped_abort: false,
+        stopping_word: String::new(),
+        generation_settings: Value::Object(Default::default()),
+        timings: timings.clone(),
+        speculative: speculative.clone(),
+        completion_probabilities: Some(Vec::new()),
+        tool_calls: Some(vec![call.clone()]),
+        reasoning_content: Some("r".into()),
+        stopped_tool_calls: true,
+    };
+    fn keys(v: impl Serialize) -> Value {
+        let v = serde_json::to_value(v).unwrap_or(Value::Null);
+        v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default().into()
+    }
+    serde_json::json!({
+        "TokenEvent": keys(&event),
+        "GeneratedToken": keys(&token),
+        "TokenProbability": keys(&prob),
+        "ToolCallDelta": keys(&delta),
+        "CompletionResult": keys(&result),
+        "Timings": keys(&timings),
+        "SpeculativeStats": keys(&speculative),
+        "ToolCall": keys(&call),
+    })
+}
+
 /// Receives what one request produces, in order. Implemented by the binding
 /// (a threadsafe function into JavaScript) and by tests.
 pub trait EventSink: Send {
