@@ -53,7 +53,7 @@ export interface Drafter {
 export declare const drafters: readonly Drafter[]
 
 /** Where a generated token came from: the target model, or the drafter that proposed it. */
-export type TokenSource = 'target' | 'grammar' | 'ngram' | 'draft'
+export type TokenSource = 'target' | 'grammar' | 'suffix' | 'ngram' | 'draft'
 
 export interface EngineOptions {
   /** A GGUF file, or a model to fetch first: `hf:OWNER/REPO:QUANT`, `hf:OWNER/REPO/FILE.gguf`, `https://…` (`resolveModel`). */
@@ -83,6 +83,12 @@ export interface EngineOptions {
   ngramCachePath?: string
   /** Read-only n-gram cache (llama.cpp lookup format). */
   staticNgramCachePath?: string
+  /**
+   * Tokens of earlier requests' outputs the suffix drafter keeps, for all
+   * slots (default 262144; 0 keeps none). Past it the oldest outputs are
+   * dropped first.
+   */
+  suffixCacheTokens?: number
   /**
    * A Jinja chat template for `messages`, replacing the GGUF's
    * `tokenizer.chat_template` (needed for models without one). A template
@@ -240,7 +246,7 @@ export interface ToolCallDelta {
   arguments?: string
 }
 
-export type SpeculativeMode = 'auto' | 'off' | 'ngram' | 'draft' | 'ngram+draft'
+export type SpeculativeMode = 'auto' | 'off' | 'suffix' | 'ngram' | 'draft' | 'suffix+ngram' | 'suffix+draft' | 'ngram+draft' | 'suffix+ngram+draft'
 
 export interface SpeculativeOptions {
   /** Default "auto". */

@@ -28,6 +28,7 @@ const MODES = {
   'ngram n16': { mode: 'ngram', adaptive: false, n_max: 16 },
   'ngram n48': { mode: 'ngram', adaptive: false, n_max: 48 },
   'ngram adaptive': { mode: 'ngram' },
+  'suffix n16': { mode: 'suffix', adaptive: false, n_max: 16 },
   'draft n16': { mode: 'draft', adaptive: false, n_max: 16, p_min: 0 },
   'ngram+draft n16': { mode: 'ngram+draft', adaptive: false, n_max: 16, p_min: 0 },
   'tree 4x6': { mode: 'draft', adaptive: false, n_max: 6, n_parallel: 4, p_split: 0.02, p_min: 0 },

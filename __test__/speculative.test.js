@@ -190,6 +190,7 @@ describe('sampling with a seed: the same output with or without drafting, from t
     ['draft', { mode: 'draft', adaptive: false, n_max: 3, p_min: 0 }],
     ['tree', { mode: 'draft', adaptive: false, n_max: 3, p_min: 0, n_parallel: 3, p_split: 0.05 }],
     ['ngram+draft', { mode: 'ngram+draft', adaptive: false, n_max: 4, p_min: 0 }],
+    ['suffix+draft', { mode: 'suffix+draft', adaptive: false, n_max: 4, p_min: 0 }],
   ]
   /** Plain sampling and every arm for seeds 1..n: checks they agree; returns the first tokens' counts and probabilities. */
   async function sampleSeeds(n) {
@@ -296,6 +297,27 @@ describe('n-gram caches', () => {
     const s = await run(withStatic, req(similar))
     expect(s.result.content).toBe(coldRun.result.content)
     await withStatic.dispose()
+  })
+
+  test('the suffix drafter copies an earlier request\'s output: identical to "off", most of it drafted; suffixCacheTokens 0 keeps none', async () => {
+    const suffix = (input) => ({ ...input, n_predict: 64, temperature: 0, ignore_eos: true, speculative: { mode: 'suffix', adaptive: false, n_max: 8 } })
+    const engine = await load()
+    const off = await run(engine, { ...suffix(question), speculative: { mode: 'off' } })
+    const first = await run(engine, suffix(question))
+    const second = await run(engine, suffix(question))
+    await engine.dispose()
+    for (const r of [first, second]) expect(r.tokens.map((t) => t.id)).toEqual(off.tokens.map((t) => t.id))
+    // The second request finds the first one's whole output in the shared index.
+    expect(second.result.speculative.drafters.suffix.n_accepted).toBeGreaterThan(48)
+    expect(second.result.speculative.n_accepted).toBeGreaterThan(first.result.speculative.n_accepted)
+    expect(second.tokens.filter((t) => t.source === 'suffix').length).toBe(second.result.speculative.n_accepted)
+
+    const forgetful = await load({ suffixCacheTokens: 0 })
+    await run(forgetful, suffix(question))
+    const again = await run(forgetful, suffix(question))
+    await forgetful.dispose()
+    expect(again.result.speculative.n_accepted).toBe(first.result.speculative.n_accepted)
+    expect(again.tokens.map((t) => t.id)).toEqual(off.tokens.map((t) => t.id))
   })
 
   test('a corrupt cache file is reported and the engine works without it', async () => {

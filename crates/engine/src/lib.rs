@@ -69,6 +69,7 @@ use llama_engine_core::embed::{parse_embed_request, EmbedInput};
 use llama_engine_core::error::{EngineError, Result};
 use llama_engine_core::request::{parse_request_json, CompletionRequest, RequestLimits};
 use llama_engine_core::speculation::ngram::NgramCache;
+use llama_engine_core::speculation::suffix::SuffixIndex;
 use llama_engine_core::text::events::EventSink;
 pub use model::{EngineOptions, ModelInfo, Progress};
 use prepare::{Preparer, Work};
@@ -370,7 +371,7 @@ impl Drop for Engine {
 /// that cannot be read is reported and skipped: speculation works without it.
 fn load_ngram_caches(opts: &EngineOptions) -> (NgramStore, Vec<String>) {
     let mut errors = Vec::new();
-    let mut store = NgramStore::default();
+    let mut store = NgramStore { suffix: Arc::new(Mutex::new(SuffixIndex::new(opts.suffix_cache_tokens))), ..Default::default() };
     if let Some(path) = &opts.ngram_cache_path {
         if Path::new(path).exists() {
             match NgramCache::load(Path::new(path)) {

@@ -22,6 +22,7 @@ use llama_engine_core::error::EngineError;
 use llama_engine_core::request::CompletionRequest;
 use llama_engine_core::sampling::constraint::{Constraint, Grammar};
 use llama_engine_core::speculation::ngram::NgramCache;
+use llama_engine_core::speculation::suffix::SuffixIndex;
 use llama_engine_core::text::events::EventSink;
 
 /// A request on its way to a slot: the validated request, where its events
@@ -53,11 +54,15 @@ pub enum SessionJob {
     Load(Box<Session>),
 }
 
-/// The n-gram caches shared by every request of an engine.
+/// The n-gram caches and the suffix index shared by every request of an
+/// engine.
 #[derive(Clone, Default)]
 pub struct NgramStore {
     pub dynamic: Arc<Mutex<NgramCache>>,
     pub fixed: Option<Arc<NgramCache>>,
+    /// Earlier requests' outputs, for the suffix drafter (capped by
+    /// `suffixCacheTokens`, oldest dropped first).
+    pub suffix: Arc<Mutex<SuffixIndex>>,
 }
 
 /// What the engine thread publishes after each step, for `status()`.

@@ -19,6 +19,8 @@ pub struct EngineOptions {
     pub draft_gpu_layers: u32,
     pub ngram_cache_path: Option<String>,
     pub static_ngram_cache_path: Option<String>,
+    /// Tokens of earlier outputs the suffix drafter keeps (0: none kept).
+    pub suffix_cache_tokens: usize,
     /// A Jinja chat template replacing the GGUF's (checked to compile here,
     /// before any model is loaded).
     pub chat_template: Option<String>,
@@ -67,6 +69,8 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         draft_gpu_layers: int(obj, "draftGpuLayers", 0, 100_000)?.unwrap_or(0) as u32,
         ngram_cache_path: path(obj, "ngramCachePath")?,
         static_ngram_cache_path: path(obj, "staticNgramCachePath")?,
+        suffix_cache_tokens: int(obj, "suffixCacheTokens", 0, 1 << 26)?
+            .map_or(crate::speculation::suffix::DEFAULT_SUFFIX_CACHE_TOKENS, |n| n as usize),
         chat_template: chat_template(obj)?,
         tool_call_format: tool_call_format(obj)?,
         parallel: int(obj, "parallel", 1, MAX_PARALLEL as i64)?.map_or(DEFAULT_PARALLEL, |n| n as usize),

@@ -133,7 +133,7 @@ fn every_field_round_trips() {
 
 #[test]
 fn spec_modes() {
-    assert_eq!(SpecMode::all().count(), 5);
+    assert_eq!(SpecMode::all().count(), 9);
     for mode in SpecMode::all() {
         assert_eq!(SpecMode::parse(mode.as_str()), Some(mode));
         let r = ok(with(json!({ "speculative": { "mode": mode.as_str() } })));

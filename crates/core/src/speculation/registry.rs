@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 pub use super::entry::{DrafterEntry, DrafterHost, MakeDrafter, Runs};
 
 /// Every drafter, in the order a request's chain tries them.
-pub const DRAFTERS: &[DrafterEntry] = &[super::grammar::ENTRY, super::ngram::ENTRY, super::draft_model::ENTRY];
+pub const DRAFTERS: &[DrafterEntry] = &[super::grammar::ENTRY, super::suffix::ENTRY, super::ngram::ENTRY, super::draft_model::ENTRY];
 
 /// A bit per entry of `DRAFTERS`.
 pub type DrafterSet = u32;
@@ -147,6 +147,9 @@ mod tests {
         fn ngram_caches(&self) -> (Arc<Mutex<NgramCache>>, Option<Arc<NgramCache>>) {
             (Arc::default(), None)
         }
+        fn suffix_index(&self) -> Arc<Mutex<crate::speculation::suffix::SuffixIndex>> {
+            Arc::default()
+        }
         fn draft_model(&mut self) -> Option<Box<dyn Drafter + 'm>> {
             Some(Box::new(StandIn))
         }
@@ -171,20 +174,23 @@ mod tests {
 
     #[test]
     fn mode_names_are_the_wire_names() {
-        assert_eq!(mode_names(), ["auto", "off", "ngram", "draft", "ngram+draft"]);
+        assert_eq!(
+            mode_names(),
+            ["auto", "off", "suffix", "ngram", "draft", "suffix+ngram", "suffix+draft", "ngram+draft", "suffix+ngram+draft"]
+        );
         for name in &mode_names()[2..] {
             assert_eq!(name_of_set(set_named(name).unwrap()), *name);
         }
         assert_eq!(set_named("draft+ngram"), None);
         assert_eq!(set_named("grammar"), None, "the grammar drafter is not named: it runs whenever a request speculates");
-        assert_eq!(token_sources().collect::<Vec<_>>(), ["target", "grammar", "ngram", "draft"]);
+        assert_eq!(token_sources().collect::<Vec<_>>(), ["target", "grammar", "suffix", "ngram", "draft"]);
     }
 
     #[test]
     fn chains_follow_the_mode_and_the_draft_model() {
         let names = |c: Vec<&DrafterEntry>| c.iter().map(|e| e.name).collect::<Vec<_>>();
-        assert_eq!(names(chain_for(None, true).unwrap()), ["grammar", "ngram", "draft"]);
-        assert_eq!(names(chain_for(None, false).unwrap()), ["grammar", "ngram"]);
+        assert_eq!(names(chain_for(None, true).unwrap()), ["grammar", "suffix", "ngram", "draft"]);
+        assert_eq!(names(chain_for(None, false).unwrap()), ["grammar", "suffix", "ngram"]);
         assert_eq!(names(chain_for(set_named("ngram"), false).unwrap()), ["grammar", "ngram"]);
         assert_eq!(chain_for(set_named("draft"), false).err(), Some("draft"));
         assert_eq!(chain_for(set_named("ngram+draft"), false).err(), Some("draft"));

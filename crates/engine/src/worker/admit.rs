@@ -31,6 +31,7 @@ use llama_engine_core::speculation::controller::DraftController;
 use llama_engine_core::speculation::drafter::{Drafter, DrafterChain};
 use llama_engine_core::speculation::ngram::NgramCache;
 use llama_engine_core::speculation::registry::{self, DrafterEntry, DrafterHost};
+use llama_engine_core::speculation::suffix::SuffixIndex;
 
 const PANIC_PROMPT: &str = "__llama_engine_panic__";
 /// The prompt that aborts the process (the fault an isolated engine survives).
@@ -306,6 +307,10 @@ impl<'m> DrafterHost<'m> for Host<'_, 'm> {
 
     fn ngram_caches(&self) -> (Arc<Mutex<NgramCache>>, Option<Arc<NgramCache>>) {
         (self.ngram.dynamic.clone(), self.ngram.fixed.clone())
+    }
+
+    fn suffix_index(&self) -> Arc<Mutex<SuffixIndex>> {
+        self.ngram.suffix.clone()
     }
 
     fn draft_model(&mut self) -> Option<Box<dyn Drafter + 'm>> {
