@@ -60,7 +60,7 @@
 //             alternating processes. In the default list when the prebuilt
 //             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation[,prebuilt]; also lora),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic[,prebuilt]; also lora),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -84,7 +84,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../native-loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -1111,6 +1111,131 @@ if (sections.has('lora')) {
   await adapted.dispose()
   console.log(`(lora section: ${elapsed(since)})`)
   results.lora = { rows, pairs }
+}
+
+// agentic: traces shaped like agents' work, one engine per mode, requests in
+// sequence (the suffix drafter learns across them): records under one schema,
+// whole-file edits, a tool loop, a chat that quotes itself. Modes: off,
+// today's auto without a draft model (`ngram`: n-grams and grammar drafts),
+// the suffix drafter alone, the new auto (suffix, then n-grams), and the
+// oracle ceiling (every output drafted perfectly, n_max 16, priced with the
+// engine's measured batch costs).
+if (sections.has('agentic')) {
+  const since = Date.now()
+  console.log(`\n## agentic: agent-shaped traces, SmolLM2 Q4_1, greedy, no draft model (${THREADS} threads)`)
+  const SYSTEM = 'You are a precise assistant. Convert each staff record into one JSON object with the keys "name", "role", "team", "start_year" and "email". Answer with the JSON only.'
+  const PEOPLE = [
+    ['Alice Moreau', 'backend engineer', 'payments', 2019],
+    ['Bruno Silva', 'data analyst', 'growth', 2021],
+    ['Chen Wei', 'product manager', 'search', 2017],
+    ['Dana Kowalski', 'designer', 'mobile', 2022],
+    ['Emeka Obi', 'site reliability engineer', 'platform', 2018],
+    ['Fatima Zahra', 'frontend engineer', 'checkout', 2020],
+    ['Gustav Berg', 'security engineer', 'platform', 2016],
+    ['Hana Sato', 'engineering manager', 'payments', 2015],
+  ]
+  const records = PEOPLE.map(([name, role, team, year]) => ({
+    messages: [
+      { role: 'system', content: SYSTEM },
+      { role: 'user', content: `Record: ${name}, ${role}, ${team} team, joined in ${year}, email ${name.toLowerCase().replace(' ', '.')}@example.com.` },
+    ],
+    n_predict: 64,
+  }))
+  const FILE = readFileSync(join(root, 'bench', 'fixtures', 'summarize-orders.js'), 'utf8').split('\n').slice(1).join('\n').trimEnd()
+  const edits = [
+    ['subtotal', 'net'],
+    ['itemCount', 'count'],
+    ['byCategory', 'totals'],
+    ['taxRate', 'rate'],
+  ].map(([from, to]) => ({
+    messages: [{ role: 'user', content: `Rewrite this whole file, renaming ${from} to ${to}. Output only the code.\n\n${FILE}` }],
+    n_predict: 160,
+  }))
+  const TOOL_SYSTEM =
+    'You call tools by writing one line {"tool": NAME, "arguments": {...}} and nothing else. Tools: get_weather(city), get_time(city), convert(amount, from, to).'
+  const toolTurns = ['Paris', 'Berlin', 'Madrid', 'Rome', 'Lisbon', 'Vienna']
+  // The tool loop's history grows with the engine's own answers (run() fills them in).
+  const toolLoop = { loop: toolTurns.map((city) => `What is the weather in ${city}?`), system: TOOL_SYSTEM, n_predict: 48 }
+  const chatLoop = {
+    loop: ['Give three tips for writing clear code.', 'Repeat your previous answer, then add a fourth tip.', 'Repeat your previous answer word for word.', 'Quote your first answer again, then summarise it in one sentence.'],
+    n_predict: 96,
+  }
+  // Free text, where nothing repeats: the new drafter must not cost there.
+  const free = FREE_PROMPTS.map((input) => ({ ...input, n_predict: 96 }))
+  const traces = { records, edits, tools: toolLoop, chat: chatLoop, free }
+  const MODES = [
+    ['off', { mode: 'off' }],
+    ['auto before (ngram)', { mode: 'ngram' }],
+    ['suffix', { mode: 'suffix' }],
+    ['auto', { mode: 'auto' }],
+  ]
+  /** One trace on `engine`: [{ n, ms, drafted, accepted, content }] per request. */
+  async function runTrace(engine, trace, speculative) {
+    const out = []
+    const one = async (req) => {
+      const res = await engine.complete({ ...req, temperature: 0, speculative })
+      out.push({ n: res.timings.predicted_n, ms: res.timings.predicted_ms, drafted: res.speculative.n_drafted, accepted: res.speculative.n_accepted, content: res.content })
+      return res.content
+    }
+    if (Array.isArray(trace)) {
+      for (const req of trace) await one(req)
+    } else {
+      const history = trace.system ? [{ role: 'system', content: trace.system }] : []
+      for (const user of trace.loop) {
+        history.push({ role: 'user', content: user })
+        history.push({ role: 'assistant', content: await one({ messages: [...history], n_predict: trace.n_predict }) })
+      }
+    }
+    return out
+  }
+  const load = { modelPath: TARGET, contextSize: 4096, threads: THREADS, parallel: 1 }
+  const runs = Object.fromEntries(Object.keys(traces).map((t) => [t, Object.fromEntries(MODES.map(([m]) => [m, []]))]))
+  let batchMs
+  for (let r = 0; r < REPEATS; r++) {
+    for (const [name, speculative] of MODES) {
+      const engine = await LlamaEngine.load(load)
+      batchMs ??= engine.status().batchCostMs
+      await engine.complete({ prompt: 'Hello there.', n_predict: 8, temperature: 0, speculative: { mode: 'off' } })
+      for (const [t, trace] of Object.entries(traces)) runs[t][name].push(await runTrace(engine, trace, speculative))
+      await engine.dispose()
+    }
+  }
+  // The oracle: every token drafted right, drafts of up to 16 tokens, each
+  // step priced at the measured cost of its batch; against one token a step.
+  // (The engine measures some batch sizes; the others are interpolated.)
+  const known = batchMs.map((ms, n) => [n, ms]).filter(([, ms]) => Number.isFinite(ms))
+  const cost = (n) => {
+    const hi = known.findIndex(([m]) => m >= n)
+    if (known[hi][0] === n || hi === 0) return known[hi][1]
+    const [[n0, c0], [n1, c1]] = [known[hi - 1], known[hi]]
+    return c0 + ((c1 - c0) * (n - n0)) / (n1 - n0)
+  }
+  const oracle = Math.max(...Array.from({ length: 17 }, (_, k) => ((k + 1) * cost(1)) / cost(k + 1)))
+  const tpsOf = (run) => run.reduce((a, q) => a + q.n, 0) / (run.reduce((a, q) => a + q.ms, 0) / 1000)
+  const rows = []
+  for (const t of Object.keys(traces)) {
+    const off = runs[t].off
+    const row = { trace: t, requests: off[0].length, tokens: off[0].reduce((a, q) => a + q.n, 0), 'off t/s': fmt(median(off.map(tpsOf))) }
+    for (const [name] of MODES.slice(1)) {
+      const paired = runs[t][name].map((run, i) => tpsOf(run) / tpsOf(off[i]))
+      const drafted = runs[t][name].flat().reduce((a, q) => a + q.drafted, 0)
+      const accepted = runs[t][name].flat().reduce((a, q) => a + q.accepted, 0)
+      const same = runs[t][name].every((run) => run.every((q, i) => q.content === off[0][i].content))
+      row[name] = `${times(median(paired))} (${fmt(Math.min(...paired), 2)}–${fmt(Math.max(...paired), 2)}) ${pct(drafted ? accepted / drafted : null)}${same ? '' : ' DIFFERENT TEXT'}`
+    }
+    row.oracle = times(oracle)
+    row['auto/oracle'] = pct(median(runs[t].auto.map((run, i) => tpsOf(run) / tpsOf(off[i]))) / oracle)
+    rows.push(row)
+  }
+  const all = (name) => median(Array.from({ length: REPEATS }, (_, i) => {
+    const pick = (m) => Object.keys(traces).filter((t) => t !== 'free').map((t) => runs[t][m][i]).flat()
+    return tpsOf(pick(name)) / tpsOf(pick('off'))
+  }))
+  rows.push({ trace: 'all but free', requests: '', tokens: '', 'off t/s': '', ...Object.fromEntries(MODES.slice(1).map(([n]) => [n, times(all(n))])), oracle: times(oracle), 'auto/oracle': pct(all('auto') / oracle) })
+  table(rows, Object.keys(rows[0]))
+  console.log('each cell: generation tok/s against off, median (min–max) over the repeats paired with the off run of the same repeat; then the share of drafted tokens accepted. Every mode must give off\'s text.')
+  console.log(`(agentic section: ${elapsed(since)})`)
+  results.agentic = { rows, oracle, batchMs, runs: Object.fromEntries(Object.entries(runs).map(([t, m]) => [t, Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v.map((run) => run.map(({ content, ...q }) => q))]))])) }
 }
 
 // prebuilt: the portable addon against the source build

@@ -15,27 +15,35 @@ use crate::speculation::entry::{DrafterEntry, DrafterHost, Runs};
 use crate::text::events::TokenSource;
 
 /// In `auto`; needs only the index every engine has. First of the lookup
-/// drafters: where it matches, its match is longer than an n-gram's.
+/// drafters: where it matches, its match is longer than an n-gram's. Its
+/// controller is kept across requests: how far a match of each class can be
+/// trusted is a property of the workload (an agent's records, its edits),
+/// learnt over requests that are each too short to learn it alone.
 pub const ENTRY: DrafterEntry = DrafterEntry {
     name: "suffix",
     runs: Runs::Named { in_auto: true, needs_draft_model: false },
     prior: 0.6,
-    keeps_controller: false,
+    keeps_controller: true,
     make,
 };
 
 /// Classes of a drafted token: how long the match was (under 8, 16, 32
-/// tokens, or more) × whether the token had at least `SURE` of the vote.
+/// tokens, or more) × whether the token had at least `SURE` of the vote,
+/// counted with `EVIDENCE` more tokens of match against it (one occurrence
+/// alone is not sure; several that agree are).
 pub const SUFFIX_CLASSES: usize = 8;
 /// Acceptance assumed for each class before a request has measured its
 /// own: a long match with a clear vote is a copy in progress.
 pub const SUFFIX_PRIORS: [f64; SUFFIX_CLASSES] = [0.25, 0.45, 0.35, 0.65, 0.45, 0.8, 0.5, 0.9];
 const SURE: f64 = 0.75;
+const EVIDENCE: f64 = 12.0;
 /// A token with less of the vote than this ends the draft.
 const MIN_SHARE: f64 = 0.3;
 
 fn make<'m>(e: &DrafterEntry, host: &mut dyn DrafterHost<'m>) -> Option<(Box<dyn Drafter + 'm>, DraftController)> {
-    let ctl = DraftController::new(host.n_max(), host.adaptive(), e.prior).with_loss_check(false).with_classes(&SUFFIX_PRIORS);
+    let ctl = host.kept_controller(e.name).unwrap_or_else(|| {
+        DraftController::new(host.n_max(), host.adaptive(), e.prior).with_loss_check(false).with_classes(&SUFFIX_PRIORS)
+    });
     Some((Box::new(SuffixDrafter::new(host.suffix_index())), ctl))
 }
 
@@ -108,7 +116,7 @@ pub fn vote(matches: &[(usize, &[i32])], n_max: usize) -> (Vec<i32>, Vec<u8>) {
             break;
         }
         tokens.push(best);
-        classes.push((bucket * 2 + usize::from(share >= SURE)) as u8);
+        classes.push((bucket * 2 + usize::from(w / (total + EVIDENCE) >= SURE)) as u8);
         alive.retain(|m| m.1.get(depth) == Some(&best));
     }
     (tokens, classes)

@@ -71,10 +71,13 @@ fn the_vote_follows_the_longer_matches_and_stops_where_they_part() {
     let a: &[i32] = &[1, 2, 3, 4];
     let b: &[i32] = &[1, 2, 9, 9];
     // Two long matches agree on 1, 2; where they part evenly the draft goes
-    // on (ties to the lower id) with the token marked unsure.
+    // on (ties to the lower id) with the token marked unsure, as is the
+    // rest, which one occurrence alone vouches for.
     let (t, c) = vote(&[(20, a), (20, b)], 8);
     assert_eq!(t, vec![1, 2, 3, 4]);
-    assert_eq!(c, vec![5, 5, 4, 5]);
+    assert_eq!(c, vec![5, 5, 4, 4]);
+    assert_eq!(vote(&[(12, a)], 2), (vec![1, 2], vec![2, 2]));
+    assert_eq!(vote(&[(12, a), (12, a), (12, a)], 1), (vec![1], vec![3]));
     // Where no token has MIN_SHARE of the vote, it stops.
     let c3: &[i32] = &[1, 2, 7, 7];
     let d4: &[i32] = &[1, 2, 8, 8];
