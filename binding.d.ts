@@ -63,6 +63,11 @@ export declare class NativeEngine {
    * with the number of n-grams written.
    */
   saveNgramCache(path?: string | undefined | null): Promise<number>
+  /**
+   * Writes the suffix drafter's shared indexes (every namespace),
+   * atomically; resolves with the number of tokens written.
+   */
+  saveSuffixCache(path?: string | undefined | null): Promise<number>
   /** Stops the engine and frees the models; resolves when they are freed. */
   dispose(): Promise<void>
 }

@@ -93,6 +93,8 @@ onMessage(async (msg) => {
       return callWithHandle(msg, (h) => engine.loadSession(msg.path, h))
     case 'saveNgramCache':
       return reply(msg.id, () => engine.saveNgramCache(msg.path ?? null))
+    case 'saveSuffixCache':
+      return reply(msg.id, () => engine.saveSuffixCache(msg.path ?? null))
     case 'dispose':
       try {
         if (engine) await engine.dispose()

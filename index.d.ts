@@ -86,9 +86,21 @@ export interface EngineOptions {
   /**
    * Tokens of earlier requests' outputs the suffix drafter keeps, for all
    * slots (default 262144; 0 keeps none). Past it the oldest outputs are
-   * dropped first.
+   * dropped first, whichever namespace holds them.
    */
   suffixCacheTokens?: number
+  /**
+   * The suffix drafter's shared indexes: read at load when the file exists
+   * (a damaged file, or one of another vocabulary, is reported in
+   * `status().suffixCache.errors` and the engine starts empty), written by
+   * `saveSuffixCache()`.
+   */
+  suffixCachePath?: string
+  /**
+   * The suffix drafter's namespace for requests that name none
+   * (`speculative.namespace`; default `""`, at most 128 bytes).
+   */
+  suffixNamespace?: string
   /**
    * A Jinja chat template for `messages`, replacing the GGUF's
    * `tokenizer.chat_template` (needed for models without one). A template
@@ -267,6 +279,13 @@ export interface SpeculativeOptions {
   n_parallel?: number
   /** Probability above which a branch splits (default 0.1). */
   p_split?: number
+  /**
+   * Which of the suffix drafter's shared indexes this request reads and
+   * adds its output to: one per agent or project, so that one's outputs do
+   * not vote in another's drafts (at most 128 bytes; default the engine's
+   * `suffixNamespace`).
+   */
+  namespace?: string
 }
 
 export interface CompletionRequest {
@@ -504,6 +523,12 @@ export interface EngineStatus {
   draftStepMs?: number | null
   ngramCache?: { dynamicEntries: number; staticEntries: number; errors: string[] }
   /**
+   * The suffix drafter's shared indexes: tokens and outputs kept over every
+   * namespace, the namespaces, the cap (`suffixCacheTokens`), and why
+   * `suffixCachePath` could not be read.
+   */
+  suffixCache?: { tokens: number; outputs: number; namespaces: number; limitTokens: number; errors: string[] }
+  /**
    * Each slot: whether a request decodes in it (its id), its prompt's
    * tokens, the tokens generated so far and the tokens its KV cache holds
    * (the server's `GET /slots`).
@@ -609,6 +634,11 @@ export declare class LlamaEngine {
   status(): EngineStatus
   /** Writes the dynamic n-gram cache (llama.cpp lookup format) to `path`, or to `ngramCachePath`. */
   saveNgramCache(path?: string): Promise<void>
+  /**
+   * Writes the suffix drafter's shared indexes (every namespace) to `path`,
+   * or to `suffixCachePath`, atomically; resolves with the tokens written.
+   */
+  saveSuffixCache(path?: string): Promise<number>
   /**
    * Evaluates a conversation (or prompt) as its next request will start —
    * reusing whatever of it is cached — and writes its KV cells to `path`

@@ -552,6 +552,20 @@ class LlamaEngine {
     }
   }
 
+  /**
+   * Writes the suffix drafter's shared indexes (every namespace) to `path` or
+   * to `suffixCachePath`, atomically; resolves with the tokens written.
+   */
+  async saveSuffixCache(path) {
+    this.#check()
+    if (path != null && typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+    try {
+      return await this.#native.saveSuffixCache(path ?? null)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
   /** Frees the models and contexts now. Every later call rejects or throws DISPOSED. */
   async dispose() {
     if (this.#disposed) return

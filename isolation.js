@@ -328,6 +328,10 @@ class IsolatedNative {
     return new Promise((resolve, reject) => this.#call({ kind: 'ngram', resolve, reject }, { t: 'saveNgramCache', path: p }))
   }
 
+  saveSuffixCache(p) {
+    return new Promise((resolve, reject) => this.#call({ kind: 'ngram', resolve, reject }, { t: 'saveSuffixCache', path: p }))
+  }
+
   tokenize(text, addBos, special) {
     return this.#vocab.tokenize(text, addBos, special)
   }

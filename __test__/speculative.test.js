@@ -1,6 +1,7 @@
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
+const { execFileSync } = require('node:child_process')
 const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, FULL, matrix, user, run } = require('./helpers')
 
 // A request's input: a chat (rendered with the model's template) or a plain prompt.
@@ -320,6 +321,116 @@ describe('n-gram caches', () => {
     expect(again.tokens.map((t) => t.id)).toEqual(off.tokens.map((t) => t.id))
   })
 
+  test('suffix namespaces keep agents apart; the store is saved atomically, loaded back, and refused when damaged or of another vocabulary', async () => {
+    const suffix = (input, namespace) => ({
+      ...input,
+      n_predict: 48,
+      temperature: 0,
+      ignore_eos: true,
+      speculative: { mode: 'suffix', adaptive: false, n_max: 8, ...(namespace == null ? {} : { namespace }) },
+    })
+    const ids = (r) => r.tokens.map((t) => t.id)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'le-suffix-'))
+    const file = path.join(dir, 'agents.suffix')
+    const engine = await load({ suffixCachePath: file }) // not there yet: starts empty
+    expect(engine.status().suffixCache).toEqual({ tokens: 0, outputs: 0, namespaces: 0, limitTokens: 262144, errors: [] })
+    const off = await run(engine, { ...suffix(question), speculative: { mode: 'off' } })
+    const first = await run(engine, suffix(question, 'agent-a'))
+    // Another namespace does not see agent-a's output; agent-a does.
+    const other = await run(engine, suffix(question, 'agent-b'))
+    const again = await run(engine, suffix(question, 'agent-a'))
+    for (const r of [first, other, again]) expect(ids(r)).toEqual(ids(off))
+    expect(other.result.speculative.n_accepted).toBe(first.result.speculative.n_accepted)
+    expect(again.result.speculative.drafters.suffix.n_accepted).toBeGreaterThan(32)
+    const kept = engine.status().suffixCache
+    expect(kept).toMatchObject({ outputs: 3, namespaces: 2, errors: [] })
+    expect(await engine.saveSuffixCache()).toBe(kept.tokens) // to suffixCachePath
+    expect(fs.readdirSync(dir)).toEqual(['agents.suffix']) // no temporary file left
+    await engine.dispose()
+
+    // Loaded back, with agent-a as the engine's namespace: the first request already copies.
+    const reloaded = await load({ suffixCachePath: file, suffixNamespace: 'agent-a' })
+    expect(reloaded.status().suffixCache).toEqual(kept)
+    const warm = await run(reloaded, suffix(question))
+    expect(ids(warm)).toEqual(ids(off))
+    expect(warm.result.speculative.drafters.suffix.n_accepted).toBeGreaterThan(32)
+    await expect(reloaded.complete(suffix(question, 'x'.repeat(129)))).rejects.toMatchObject({
+      code: 'INVALID_REQUEST',
+      message: expect.stringContaining('speculative.namespace'),
+    })
+    await reloaded.dispose()
+
+    // One flipped byte: reported, the engine starts empty and decodes as before.
+    const bytes = fs.readFileSync(file)
+    bytes[bytes.length - 40] ^= 0x10
+    const damaged = path.join(dir, 'damaged.suffix')
+    fs.writeFileSync(damaged, bytes)
+    const e = await load({ suffixCachePath: damaged, suffixNamespace: 'agent-a' })
+    expect(e.status().suffixCache).toMatchObject({ tokens: 0, errors: [expect.stringMatching(/^suffixCachePath: .*(checksum|outside the vocabulary)/)] })
+    const fresh = await run(e, suffix(question))
+    expect(ids(fresh)).toEqual(ids(off))
+    expect(fresh.result.speculative.n_accepted).toBe(first.result.speculative.n_accepted)
+    await e.dispose()
+
+    // Another model's vocabulary: refused by name.
+    const gemma = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 512, threads: 2, suffixCachePath: file })
+    expect(gemma.status().suffixCache.errors).toEqual([expect.stringMatching(/another vocabulary/)])
+    await gemma.dispose()
+    await expect(load({ suffixNamespace: 7 })).rejects.toMatchObject({ code: 'INVALID_REQUEST', message: expect.stringContaining('suffixNamespace') })
+    fs.rmSync(dir, { recursive: true })
+  })
+
+  test('fuzz: mutated suffix cache files loaded in a child process — each read whole or reported, none crashes', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'le-suffix-fuzz-'))
+    const file = path.join(dir, 'valid.suffix')
+    const e = await load({ suffixCachePath: file })
+    await run(e, { ...question, n_predict: 24, temperature: 0, speculative: { mode: 'suffix' } })
+    await run(e, { ...question, n_predict: 24, temperature: 0, speculative: { mode: 'suffix', namespace: 'b' } })
+    await e.saveSuffixCache()
+    await e.dispose()
+    const valid = fs.readFileSync(file)
+    // Cut, bit-flipped, a byte inserted, a word set to 0xffffffff (a huge count or length).
+    let x = 20261127
+    const rand = (n) => {
+      x = (x * 1103515245 + 12345) >>> 0
+      return x % n
+    }
+    const count = matrix(60, 8)
+    for (let i = 0; i < count; i++) {
+      let b = Buffer.from(valid)
+      const at = rand(b.length)
+      switch (i % 4) {
+        case 0: b = b.subarray(0, at); break
+        case 1: b[at] ^= 1 << rand(8); break
+        case 2: b = Buffer.concat([b.subarray(0, at), Buffer.from([rand(256)]), b.subarray(at)]); break
+        default: b.writeUInt32LE(0xffffffff, Math.min(at & ~3, b.length - 4))
+      }
+      fs.writeFileSync(path.join(dir, `f${String(i).padStart(3, '0')}.suffix`), b)
+    }
+    const script = `
+      const fs = require('node:fs'), path = require('node:path');
+      const { LlamaEngine } = require(${JSON.stringify(path.join(__dirname, '..'))});
+      (async () => {
+        const seen = { read: 0, reported: 0, other: [] };
+        for (const f of fs.readdirSync(${JSON.stringify(dir)}).filter((f) => f.startsWith('f')).sort()) {
+          const e = await LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, contextSize: 256, threads: 2, parallel: 1, promptCacheMB: 0, suffixCachePath: path.join(${JSON.stringify(dir)}, f) });
+          const s = e.status().suffixCache;
+          if (s.errors.length === 0) seen.read++;
+          else if (s.errors.length === 1 && /^suffixCachePath: suffix cache: /.test(s.errors[0]) && s.tokens === 0) seen.reported++;
+          else seen.other.push(s);
+          await e.complete({ prompt: 'The sky is', n_predict: 4, temperature: 0, speculative: { mode: 'suffix' } });
+          await e.dispose();
+        }
+        console.log(JSON.stringify(seen));
+      })();`
+    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { timeout: 540_000 }).toString().trim().split('\n').at(-1))
+    expect(out.other).toEqual([])
+    expect(out.read + out.reported).toBe(count)
+    // Every mutation but one that leaves the bytes as they were is caught (the checksum).
+    expect(out.reported).toBeGreaterThanOrEqual(count - 1)
+    fs.rmSync(dir, { recursive: true })
+  }, 600_000)
+
   test('a corrupt cache file is reported and the engine works without it', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'le-ngram-'))
     const bad = path.join(dir, 'bad.bin')
@@ -336,6 +447,7 @@ describe('n-gram caches', () => {
   test('saveNgramCache without a path or configured file is INVALID_REQUEST', async () => {
     const e = await load()
     await expect(e.saveNgramCache()).rejects.toMatchObject({ code: 'INVALID_REQUEST' })
+    await expect(e.saveSuffixCache()).rejects.toMatchObject({ code: 'INVALID_REQUEST', message: expect.stringContaining('suffixCachePath') })
     await e.dispose()
   })
 })

@@ -106,6 +106,8 @@ impl EngineTask for JoinTask {
 pub struct SaveNgramTask {
     engine: Arc<Engine>,
     path: Option<String>,
+    /// The suffix drafter's store rather than the n-gram cache.
+    suffix: bool,
 }
 
 impl EngineTask for SaveNgramTask {
@@ -116,7 +118,11 @@ impl EngineTask for SaveNgramTask {
         if self.engine.is_closed() {
             return Err(EngineError::disposed());
         }
-        self.engine.save_ngram_cache(self.path.as_deref())
+        if self.suffix {
+            self.engine.save_suffix_cache(self.path.as_deref())
+        } else {
+            self.engine.save_ngram_cache(self.path.as_deref())
+        }
     }
 
     fn to_js(&mut self, _env: &Env, n: usize) -> Result<u32> {
@@ -348,6 +354,7 @@ impl NativeEngine {
         let st = self.engine.status();
         let info = self.engine.info();
         let (ngram_dynamic, ngram_static, ngram_errors) = self.engine.ngram_status();
+        let (suffix_tokens, suffix_outputs, suffix_namespaces, suffix_cap, suffix_errors) = self.engine.suffix_status();
         json!({
             "queued": st.queued,
             "active": st.active,
@@ -397,6 +404,13 @@ impl NativeEngine {
                 "staticEntries": ngram_static,
                 "errors": ngram_errors,
             },
+            "suffixCache": {
+                "tokens": suffix_tokens,
+                "outputs": suffix_outputs,
+                "namespaces": suffix_namespaces,
+                "limitTokens": suffix_cap,
+                "errors": suffix_errors,
+            },
         })
     }
 
@@ -404,7 +418,14 @@ impl NativeEngine {
     /// with the number of n-grams written.
     #[napi(ts_return_type = "Promise<number>")]
     pub fn save_ngram_cache(&self, path: Option<String>) -> AsyncTask<Off<SaveNgramTask>> {
-        AsyncTask::new(Off(SaveNgramTask { engine: self.engine.clone(), path }))
+        AsyncTask::new(Off(SaveNgramTask { engine: self.engine.clone(), path, suffix: false }))
+    }
+
+    /// Writes the suffix drafter's shared indexes (every namespace),
+    /// atomically; resolves with the number of tokens written.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn save_suffix_cache(&self, path: Option<String>) -> AsyncTask<Off<SaveNgramTask>> {
+        AsyncTask::new(Off(SaveNgramTask { engine: self.engine.clone(), path, suffix: true }))
     }
 
     /// Stops the engine and frees the models; resolves when they are freed.

@@ -69,7 +69,7 @@ use llama_engine_core::embed::{parse_embed_request, EmbedInput};
 use llama_engine_core::error::{EngineError, Result};
 use llama_engine_core::request::{parse_request_json, CompletionRequest, RequestLimits};
 use llama_engine_core::speculation::ngram::NgramCache;
-use llama_engine_core::speculation::suffix::SuffixIndex;
+use llama_engine_core::speculation::suffix::{SuffixStore, VocabId};
 use llama_engine_core::text::events::EventSink;
 pub use model::{EngineOptions, ModelInfo, Progress};
 use prepare::{Preparer, Work};
@@ -107,6 +107,9 @@ pub struct Engine {
     ngram_path: Option<String>,
     /// Why a configured n-gram cache file could not be used (the engine works without it).
     ngram_errors: Vec<String>,
+    suffix_path: Option<String>,
+    /// Why `suffixCachePath` could not be read (the engine starts empty).
+    suffix_errors: Vec<String>,
     /// The thread that parses, renders and tokenizes what callers send
     /// (`prepare`), started by `start_preparing` once the engine is shared.
     preparer: OnceLock<Preparer>,
@@ -130,6 +133,7 @@ impl Engine {
                 return Err(e);
             }
         };
+        let suffix_errors = load_suffix_cache(&vocab_opts, &shared, ready.info.vocab_id);
         Ok(Engine {
             shared,
             thread: Mutex::new(Some(ready.thread)),
@@ -138,6 +142,8 @@ impl Engine {
             next_id: AtomicU64::new(1),
             ngram_path,
             ngram_errors,
+            suffix_path: vocab_opts.suffix_cache_path.clone(),
+            suffix_errors,
             preparer: OnceLock::new(),
         })
     }
@@ -346,6 +352,25 @@ impl Engine {
         Ok(cache.len())
     }
 
+    /// Writes the suffix drafter's shared indexes, every namespace (to
+    /// `path`, or to `suffixCachePath`); the tokens written.
+    pub fn save_suffix_cache(&self, path: Option<&str>) -> Result<usize> {
+        let path = path
+            .or(self.suffix_path.as_deref())
+            .ok_or_else(|| EngineError::invalid("path", "no path given and the engine was loaded without suffixCachePath"))?;
+        // A copy, so that slots go on drafting while the file is written.
+        let store = self.shared.ngram.suffix.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        store.save(Path::new(path), self.info.vocab_id)?;
+        Ok(store.n_tokens())
+    }
+
+    /// The suffix drafter's shared indexes: tokens, outputs, namespaces,
+    /// the cap, and why `suffixCachePath` could not be read.
+    pub fn suffix_status(&self) -> (usize, usize, usize, usize, &[String]) {
+        let s = self.shared.ngram.suffix.lock().unwrap_or_else(|p| p.into_inner());
+        (s.n_tokens(), s.n_sequences(), s.n_namespaces(), s.cap(), &self.suffix_errors)
+    }
+
     /// Entries of the dynamic and the static n-gram cache, and why a
     /// configured cache file could not be used.
     pub fn ngram_status(&self) -> (usize, usize, &[String]) {
@@ -371,7 +396,11 @@ impl Drop for Engine {
 /// that cannot be read is reported and skipped: speculation works without it.
 fn load_ngram_caches(opts: &EngineOptions) -> (NgramStore, Vec<String>) {
     let mut errors = Vec::new();
-    let mut store = NgramStore { suffix: Arc::new(Mutex::new(SuffixIndex::new(opts.suffix_cache_tokens))), ..Default::default() };
+    let mut store = NgramStore {
+        suffix: Arc::new(Mutex::new(SuffixStore::new(opts.suffix_cache_tokens))),
+        suffix_namespace: opts.suffix_namespace.clone(),
+        ..Default::default()
+    };
     if let Some(path) = &opts.ngram_cache_path {
         if Path::new(path).exists() {
             match NgramCache::load(Path::new(path)) {
@@ -387,4 +416,22 @@ fn load_ngram_caches(opts: &EngineOptions) -> (NgramStore, Vec<String>) {
         }
     }
     (store, errors)
+}
+
+/// Reads `suffixCachePath` into the shared suffix store, when the file
+/// exists. A file that is damaged, of another vocabulary or unreadable is
+/// reported and left alone: the engine starts with an empty store (and a
+/// later save replaces the file).
+fn load_suffix_cache(opts: &EngineOptions, shared: &Shared, vocab: VocabId) -> Vec<String> {
+    let Some(path) = &opts.suffix_cache_path else { return Vec::new() };
+    if !Path::new(path).exists() {
+        return Vec::new();
+    }
+    match SuffixStore::load(Path::new(path), opts.suffix_cache_tokens, vocab) {
+        Ok(store) => {
+            *shared.ngram.suffix.lock().unwrap_or_else(|p| p.into_inner()) = store;
+            Vec::new()
+        }
+        Err(e) => vec![format!("suffixCachePath: {}", e.message)],
+    }
 }

@@ -1,6 +1,7 @@
 //! Loading models on the engine thread, and what the rest of the engine needs
 //! to know about them.
 
+use llama_engine_core::speculation::suffix::VocabId;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -63,6 +64,9 @@ pub struct ModelInfo {
     pub batch_invariance: String,
     /// The GGUF's identity (`core::cache::session::fingerprint`), for session files.
     pub fingerprint: String,
+    /// The vocabulary's identity (every token's text), for suffix cache
+    /// files: they hold token ids, valid for any model of this tokenizer.
+    pub vocab_id: VocabId,
     /// Layers of the target and the draft model on a GPU (`engine::gpu`).
     pub gpu_layers: u32,
     pub draft_gpu_layers: u32,
@@ -240,6 +244,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
     let n_ctx_train = model.n_ctx_train();
     let n_ctx = if n_ctx_train > 0 { opts.context_size.min(n_ctx_train) } else { opts.context_size };
     let eog = (0..n_vocab).filter(|&t| vocab.is_eog(llama_cpp_2::token::LlamaToken(t))).collect();
+    let vocab_id = VocabId::of((0..n_vocab).map(|t| vocab.text(llama_cpp_2::token::LlamaToken(t)).map_or(&[][..], |c| c.to_bytes())));
     ModelInfo {
         path: opts.model_path.clone(),
         name: file_name(&opts.model_path),
@@ -255,6 +260,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         batch_invariant: false,
         batch_invariance: "not checked yet".into(),
         fingerprint: String::new(),
+        vocab_id,
         gpu_layers: super::gpu::offloaded_layers(opts.gpu_layers, model.n_layer()),
         draft_gpu_layers: 0,
         compute_id: ggml_setup::backend_id(),

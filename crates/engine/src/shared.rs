@@ -22,7 +22,7 @@ use llama_engine_core::error::EngineError;
 use llama_engine_core::request::CompletionRequest;
 use llama_engine_core::sampling::constraint::{Constraint, Grammar};
 use llama_engine_core::speculation::ngram::NgramCache;
-use llama_engine_core::speculation::suffix::SuffixIndex;
+use llama_engine_core::speculation::suffix::SuffixStore;
 use llama_engine_core::text::events::EventSink;
 
 /// A request on its way to a slot: the validated request, where its events
@@ -60,9 +60,11 @@ pub enum SessionJob {
 pub struct NgramStore {
     pub dynamic: Arc<Mutex<NgramCache>>,
     pub fixed: Option<Arc<NgramCache>>,
-    /// Earlier requests' outputs, for the suffix drafter (capped by
-    /// `suffixCacheTokens`, oldest dropped first).
-    pub suffix: Arc<Mutex<SuffixIndex>>,
+    /// Earlier requests' outputs, for the suffix drafter, by namespace
+    /// (capped together by `suffixCacheTokens`, oldest dropped first).
+    pub suffix: Arc<Mutex<SuffixStore>>,
+    /// The namespace of requests that name none (`suffixNamespace`).
+    pub suffix_namespace: String,
 }
 
 /// What the engine thread publishes after each step, for `status()`.

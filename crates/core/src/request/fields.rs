@@ -258,7 +258,15 @@ pub const SPEC_P_SPLIT: Field = Field::new(
     "a draft-tree branch splits where the runner-up is more probable than this",
 );
 
-pub const SPECULATIVE_FIELDS: &[Field] = &[SPEC_MODE, SPEC_N_MAX, SPEC_N_MIN, SPEC_P_MIN, SPEC_ADAPTIVE, SPEC_N_PARALLEL, SPEC_P_SPLIT];
+pub const SPEC_NAMESPACE: Field = Field::new(
+    "namespace",
+    Kind::Text,
+    "",
+    "which of the suffix drafter's shared indexes this request reads and adds its output to (one per agent or project; at most 128 bytes); absent: the engine's suffixNamespace",
+);
+
+pub const SPECULATIVE_FIELDS: &[Field] =
+    &[SPEC_MODE, SPEC_N_MAX, SPEC_N_MIN, SPEC_P_MIN, SPEC_ADAPTIVE, SPEC_N_PARALLEL, SPEC_P_SPLIT, SPEC_NAMESPACE];
 
 pub const SPECULATIVE: Field = Field::new("speculative", Kind::Object(SPECULATIVE_FIELDS), "", "speculative decoding settings");
 

@@ -84,11 +84,22 @@ pub struct SpeculativeParams {
     pub adaptive: bool,
     pub n_parallel: usize,
     pub p_split: f32,
+    /// The suffix drafter's namespace (`None`: the engine's).
+    pub namespace: Option<String>,
 }
 
 impl Default for SpeculativeParams {
     fn default() -> Self {
-        SpeculativeParams { mode: SpecMode::Auto, n_max: 16, n_min: 0, p_min: 0.75, adaptive: true, n_parallel: 1, p_split: 0.1 }
+        SpeculativeParams {
+            mode: SpecMode::Auto,
+            n_max: 16,
+            n_min: 0,
+            p_min: 0.75,
+            adaptive: true,
+            n_parallel: 1,
+            p_split: 0.1,
+            namespace: None,
+        }
     }
 }
 
@@ -219,7 +230,7 @@ impl CompletionRequest {
         let logit_bias: Vec<Value> =
             s.logit_bias.iter().map(|&(id, bias)| Value::from(vec![id.into(), bias.map_or(Value::Bool(false), f32_json)])).collect();
         let json_schema = self.json_schema.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or(Value::Null);
-        let speculative = object([
+        let mut speculative = object([
             ("mode", spec.mode.as_str().into()),
             ("n_max", spec.n_max.into()),
             ("n_min", spec.n_min.into()),
@@ -228,6 +239,9 @@ impl CompletionRequest {
             ("n_parallel", spec.n_parallel.into()),
             ("p_split", f32_json(spec.p_split)),
         ]);
+        if let Some(ns) = &spec.namespace {
+            speculative["namespace"] = ns.as_str().into();
+        }
         object([
             ("n_ctx", n_ctx.into()),
             ("model", model.into()),

@@ -21,6 +21,11 @@ pub struct EngineOptions {
     pub static_ngram_cache_path: Option<String>,
     /// Tokens of earlier outputs the suffix drafter keeps (0: none kept).
     pub suffix_cache_tokens: usize,
+    /// The suffix drafter's shared indexes: read at load when the file
+    /// exists, written by `saveSuffixCache`.
+    pub suffix_cache_path: Option<String>,
+    /// The namespace of requests that name none (`speculative.namespace`).
+    pub suffix_namespace: String,
     /// A Jinja chat template replacing the GGUF's (checked to compile here,
     /// before any model is loaded).
     pub chat_template: Option<String>,
@@ -71,6 +76,8 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         static_ngram_cache_path: path(obj, "staticNgramCachePath")?,
         suffix_cache_tokens: int(obj, "suffixCacheTokens", 0, 1 << 26)?
             .map_or(crate::speculation::suffix::DEFAULT_SUFFIX_CACHE_TOKENS, |n| n as usize),
+        suffix_cache_path: path(obj, "suffixCachePath")?,
+        suffix_namespace: suffix_namespace(obj)?,
         chat_template: chat_template(obj)?,
         tool_call_format: tool_call_format(obj)?,
         parallel: int(obj, "parallel", 1, MAX_PARALLEL as i64)?.map_or(DEFAULT_PARALLEL, |n| n as usize),
@@ -117,6 +124,17 @@ fn path(obj: &Map<String, Value>, field: &str) -> Result<Option<String>> {
         Some(Value::String(s)) if s.contains('\0') => Err(EngineError::invalid(field, "must not contain NUL")),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(EngineError::invalid(field, "expected a string")),
+    }
+}
+
+fn suffix_namespace(obj: &Map<String, Value>) -> Result<String> {
+    match obj.get("suffixNamespace") {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => match crate::speculation::suffix::namespace_problem(s) {
+            None => Ok(s.clone()),
+            Some(why) => Err(EngineError::invalid("suffixNamespace", why)),
+        },
+        Some(_) => Err(EngineError::invalid("suffixNamespace", "expected a string")),
     }
 }
 

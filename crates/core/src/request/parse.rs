@@ -16,6 +16,7 @@ use crate::chat::parse_messages;
 use crate::chat::tools::{parse_chat_options, ResponseFormat};
 use crate::error::{EngineError, Result};
 use crate::json::describe::{truncate, type_name};
+use crate::speculation::suffix::namespace_problem;
 
 pub(super) const MAX_PROMPT_BYTES: usize = 8 * 1024 * 1024;
 pub(super) const MAX_PROMPT_ITEMS: usize = 1_000_000;
@@ -184,6 +185,10 @@ fn parse_speculative(value: Option<&Value>) -> Result<SpeculativeParams> {
         adaptive: f.bool(&SPEC_ADAPTIVE)?.unwrap_or(d.adaptive),
         n_parallel: f.int(&SPEC_N_PARALLEL)?.unwrap_or(d.n_parallel),
         p_split: f.float(&SPEC_P_SPLIT)?.unwrap_or(d.p_split),
+        namespace: f.check(&SPEC_NAMESPACE, |v| {
+            let name = v.as_str().ok_or_else(|| format!("expected a string, got {}", type_name(v)))?;
+            namespace_problem(name).map_or(Ok(name.to_owned()), Err)
+        })?,
     })
 }
 

@@ -103,7 +103,7 @@ fn every_field_round_trips() {
         "mirostat": 2, "mirostat_tau": 3.0, "mirostat_eta": 0.2, "seed": 4294967295u64,
         "logit_bias": [[5, -1.5], [7, false], [0, 100]],
         "speculative": { "mode": "ngram+draft", "n_max": 8, "n_min": 2, "p_min": 0.5,
-                         "adaptive": false, "n_parallel": 4, "p_split": 0.3 },
+                         "adaptive": false, "n_parallel": 4, "p_split": 0.3, "namespace": "agent-7" },
     }));
     assert_eq!(r.prompt, vec![PromptPart::Text("a".into()), PromptPart::Token(1), PromptPart::Text("b".into()), PromptPart::Token(999)]);
     assert_eq!((r.n_predict, r.n_keep, r.n_probs), (128, -1, 256));
@@ -126,7 +126,8 @@ fn every_field_round_trips() {
             p_min: 0.5,
             adaptive: false,
             n_parallel: 4,
-            p_split: 0.3
+            p_split: 0.3,
+            namespace: Some("agent-7".into()),
         }
     );
 }
@@ -277,6 +278,8 @@ fn speculative_rules() {
     rejects(with(json!({ "speculative": [] })), "speculative");
     rejects(with(json!({ "speculative": { "mode": "fast" } })), "speculative.mode");
     rejects(with(json!({ "speculative": { "mode": 1 } })), "speculative.mode");
+    rejects(with(json!({ "speculative": { "namespace": 1 } })), "speculative.namespace");
+    rejects(with(json!({ "speculative": { "namespace": "x".repeat(129) } })), "speculative.namespace");
     rejects(with(json!({ "speculative": { "n_max": 65 } })), "speculative.n_max");
     rejects(with(json!({ "speculative": { "n_max": -1 } })), "speculative.n_max");
     rejects(with(json!({ "speculative": { "n_min": 65 } })), "speculative.n_min");

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use super::controller::DraftController;
 use super::drafter::Drafter;
 use super::ngram::NgramCache;
-use super::suffix::SuffixIndex;
+use super::suffix::SuffixStore;
 use crate::sampling::constraint::Constraint;
 
 /// Makes a drafter for a request, with the controller that prices its
@@ -51,8 +51,9 @@ pub trait DrafterHost<'m> {
     fn constraint(&self) -> Option<Rc<RefCell<Constraint>>>;
     /// The engine's shared n-gram caches: the dynamic one and the static one.
     fn ngram_caches(&self) -> (Arc<Mutex<NgramCache>>, Option<Arc<NgramCache>>);
-    /// The engine's shared suffix index (earlier requests' outputs).
-    fn suffix_index(&self) -> Arc<Mutex<SuffixIndex>>;
+    /// The engine's shared suffix indexes (earlier requests' outputs) and
+    /// the namespace this request reads and adds to.
+    fn suffix_store(&self) -> (Arc<Mutex<SuffixStore>>, String);
     /// The draft model as a drafter for this request, if one is loaded.
     fn draft_model(&mut self) -> Option<Box<dyn Drafter + 'm>>;
     /// The controller an earlier request left for the drafter `name` under

@@ -147,8 +147,8 @@ mod tests {
         fn ngram_caches(&self) -> (Arc<Mutex<NgramCache>>, Option<Arc<NgramCache>>) {
             (Arc::default(), None)
         }
-        fn suffix_index(&self) -> Arc<Mutex<crate::speculation::suffix::SuffixIndex>> {
-            Arc::default()
+        fn suffix_store(&self) -> (Arc<Mutex<crate::speculation::suffix::SuffixStore>>, String) {
+            (Arc::default(), String::new())
         }
         fn draft_model(&mut self) -> Option<Box<dyn Drafter + 'm>> {
             Some(Box::new(StandIn))

@@ -31,7 +31,7 @@ use llama_engine_core::speculation::controller::DraftController;
 use llama_engine_core::speculation::drafter::{Drafter, DrafterChain};
 use llama_engine_core::speculation::ngram::NgramCache;
 use llama_engine_core::speculation::registry::{self, DrafterEntry, DrafterHost};
-use llama_engine_core::speculation::suffix::SuffixIndex;
+use llama_engine_core::speculation::suffix::SuffixStore;
 
 const PANIC_PROMPT: &str = "__llama_engine_panic__";
 /// The prompt that aborts the process (the fault an isolated engine survives).
@@ -309,8 +309,9 @@ impl<'m> DrafterHost<'m> for Host<'_, 'm> {
         (self.ngram.dynamic.clone(), self.ngram.fixed.clone())
     }
 
-    fn suffix_index(&self) -> Arc<Mutex<SuffixIndex>> {
-        self.ngram.suffix.clone()
+    fn suffix_store(&self) -> (Arc<Mutex<SuffixStore>>, String) {
+        let namespace = self.spec.namespace.clone().unwrap_or_else(|| self.ngram.suffix_namespace.clone());
+        (self.ngram.suffix.clone(), namespace)
     }
 
     fn draft_model(&mut self) -> Option<Box<dyn Drafter + 'm>> {

@@ -9,6 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::index::{SuffixIndex, ANCHOR};
+use super::store::SuffixStore;
 use crate::speculation::controller::DraftController;
 use crate::speculation::drafter::{Draft, Drafter};
 use crate::speculation::entry::{DrafterEntry, DrafterHost, Runs};
@@ -44,21 +45,24 @@ fn make<'m>(e: &DrafterEntry, host: &mut dyn DrafterHost<'m>) -> Option<(Box<dyn
     let ctl = host.kept_controller(e.name).unwrap_or_else(|| {
         DraftController::new(host.n_max(), host.adaptive(), e.prior).with_loss_check(false).with_classes(&SUFFIX_PRIORS)
     });
-    Some((Box::new(SuffixDrafter::new(host.suffix_index())), ctl))
+    let (store, namespace) = host.suffix_store();
+    Some((Box::new(SuffixDrafter::new(store, namespace)), ctl))
 }
 
 pub struct SuffixDrafter {
     /// This request's history: its prompt, then its output as it grows.
     local: SuffixIndex,
-    /// Outputs of earlier requests, shared by the engine's slots.
-    global: Arc<Mutex<SuffixIndex>>,
+    /// Outputs of earlier requests, shared by the engine's slots, and the
+    /// namespace this request reads and adds to.
+    global: Arc<Mutex<SuffixStore>>,
+    namespace: String,
     n_prompt: usize,
     last_draft: usize,
 }
 
 impl SuffixDrafter {
-    pub fn new(global: Arc<Mutex<SuffixIndex>>) -> Self {
-        SuffixDrafter { local: SuffixIndex::unbounded(), global, n_prompt: 0, last_draft: 0 }
+    pub fn new(global: Arc<Mutex<SuffixStore>>, namespace: String) -> Self {
+        SuffixDrafter { local: SuffixIndex::unbounded(), global, namespace, n_prompt: 0, last_draft: 0 }
     }
 
     /// Indexes what `history` adds to what the local index holds; starts
@@ -141,7 +145,7 @@ impl Drafter for SuffixDrafter {
             return None;
         }
         let mut found = self.local.matches(history, n_max);
-        found.extend(self.global.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).matches(history, n_max));
+        found.extend(self.global.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).matches(&self.namespace, history, n_max));
         let matches: Vec<(usize, &[i32])> = found.iter().map(|m| (m.len, m.continuation.as_slice())).collect();
         let (tokens, classes) = vote(&matches, n_max);
         if tokens.is_empty() {
@@ -161,7 +165,7 @@ impl Drafter for SuffixDrafter {
         let history = self.local.last();
         if history.len() > self.n_prompt + ANCHOR {
             let output = history[self.n_prompt.saturating_sub(ANCHOR)..].to_vec();
-            self.global.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(&output);
+            self.global.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(&self.namespace, &output);
         }
         self.local.clear();
         self.n_prompt = 0;

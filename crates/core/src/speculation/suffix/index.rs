@@ -145,7 +145,9 @@ impl SuffixIndex {
         self.seqs.back().map_or(&[], |(_, t)| t.as_slice())
     }
 
-    fn drop_oldest(&mut self) {
+    /// Drops the oldest sequence (a store that caps several indexes
+    /// together chooses which).
+    pub fn drop_oldest(&mut self) {
         if let Some((_, tokens)) = self.seqs.pop_front() {
             self.n_tokens -= tokens.len();
             self.n_stale += (tokens.len() + 1).saturating_sub(ANCHOR);

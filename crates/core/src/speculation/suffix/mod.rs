@@ -6,11 +6,13 @@
 
 mod drafter;
 mod index;
+mod store;
 #[cfg(test)]
 mod tests;
 
 pub use drafter::{vote, SuffixDrafter, ENTRY, SUFFIX_CLASSES, SUFFIX_PRIORS};
 pub use index::{Match, SuffixIndex, ANCHOR, MAX_MATCH};
+pub use store::{namespace_problem, SuffixStore, VocabId, MAX_FILE_TOKENS, MAX_NAMESPACE_BYTES};
 
 /// Tokens the shared index keeps by default (`suffixCacheTokens`): about
 /// 1 MiB of token ids and a few MiB of index.
