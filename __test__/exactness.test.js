@@ -75,8 +75,9 @@ describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', 
   })
 
   test.each(matrix(Object.keys(PROMPTS), ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
-    const drafted = await expectBitExact(engine, PROMPTS[name], Object.keys(MODES), 96)
-    expect(drafted).toBeGreaterThan(96)
+    const n = matrix(96, 64)
+    const drafted = await expectBitExact(engine, PROMPTS[name], Object.keys(MODES), n)
+    expect(drafted).toBeGreaterThan(n)
   }, 600000)
 })
 

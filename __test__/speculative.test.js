@@ -221,7 +221,7 @@ describe('sampling with a seed: the same output with or without drafting, from t
     return { firsts, probs }
   }
 
-  const SEEDS = matrix(300, 16)
+  const SEEDS = matrix(300, 8)
   let sampled = null
 
   test(`every seed gives the same tokens drafted (chain, tree, n-grams) as plain (${SEEDS} seeds)`, async () => {
@@ -395,7 +395,7 @@ describe('n-gram caches', () => {
       x = (x * 1103515245 + 12345) >>> 0
       return x % n
     }
-    const count = matrix(60, 8)
+    const count = matrix(60, 4)
     for (let i = 0; i < count; i++) {
       let b = Buffer.from(valid)
       const at = rand(b.length)

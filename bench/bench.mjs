@@ -1174,7 +1174,7 @@ if (sections.has('agentic')) {
     const out = []
     const one = async (req) => {
       const res = await engine.complete({ ...req, temperature: 0, speculative })
-      out.push({ n: res.timings.predicted_n, ms: res.timings.predicted_ms, drafted: res.speculative.n_drafted, accepted: res.speculative.n_accepted, content: res.content })
+      out.push({ n: res.timings.predicted_n, ms: res.timings.predicted_ms, drafted: res.speculative.n_drafted, accepted: res.speculative.n_accepted, content: res.content, req })
       return res.content
     }
     if (Array.isArray(trace)) {
@@ -1211,6 +1211,43 @@ if (sections.has('agentic')) {
     return c0 + ((c1 - c0) * (n - n0)) / (n1 - n0)
   }
   const oracle = Math.max(...Array.from({ length: 17 }, (_, k) => ((k + 1) * cost(1)) / cost(k + 1)))
+  // The copy ceiling: what a drafter that copies could reach at best. At
+  // each step it drafts the longest run of the true output (up to 16 tokens)
+  // found anywhere in what the engine had read and written before (this
+  // prompt, the output so far, every earlier output of the run), picking
+  // the right occurrence; the step is priced at its batch's measured cost.
+  // Text that is new (a record's values, a new answer) cannot be copied.
+  const tokenizer = await LlamaEngine.load({ ...load, contextSize: 512 })
+  const copyCeiling = {}
+  const written = []
+  for (const t of Object.keys(traces)) {
+    let plain = 0
+    let copied = 0
+    for (const q of runs[t].off[0]) {
+      const prompt = tokenizer.tokenize(q.req.messages ? tokenizer.applyChatTemplate(q.req.messages, { addGenerationPrompt: true }) : q.req.prompt, { special: true })
+      const out = tokenizer.tokenize(q.content, { addBos: false })
+      const longest = (i) => {
+        let best = 0
+        for (const seq of [...written, prompt, out.slice(0, i)]) {
+          for (let j = 0; j < seq.length; j++) {
+            let l = 0
+            while (l < 16 && j + l < seq.length && i + l < out.length && seq[j + l] === out[i + l]) l++
+            if (l > best) best = l
+          }
+        }
+        return best
+      }
+      for (let i = 0; i < out.length; ) {
+        const l = Math.min(longest(i), out.length - i - 1)
+        copied += cost(l + 1)
+        plain += (l + 1) * cost(1)
+        i += l + 1
+      }
+      written.push(out)
+    }
+    copyCeiling[t] = plain / copied
+  }
+  await tokenizer.dispose()
   const tpsOf = (run) => run.reduce((a, q) => a + q.n, 0) / (run.reduce((a, q) => a + q.ms, 0) / 1000)
   const rows = []
   for (const t of Object.keys(traces)) {
@@ -1225,17 +1262,19 @@ if (sections.has('agentic')) {
     }
     row.oracle = times(oracle)
     row['auto/oracle'] = pct(median(runs[t].auto.map((run, i) => tpsOf(run) / tpsOf(off[i]))) / oracle)
+    row['copy ceiling'] = times(copyCeiling[t])
+    row['auto/copy'] = pct(median(runs[t].auto.map((run, i) => tpsOf(run) / tpsOf(off[i]))) / copyCeiling[t])
     rows.push(row)
   }
   const all = (name) => median(Array.from({ length: REPEATS }, (_, i) => {
     const pick = (m) => Object.keys(traces).filter((t) => t !== 'free').map((t) => runs[t][m][i]).flat()
     return tpsOf(pick(name)) / tpsOf(pick('off'))
   }))
-  rows.push({ trace: 'all but free', requests: '', tokens: '', 'off t/s': '', ...Object.fromEntries(MODES.slice(1).map(([n]) => [n, times(all(n))])), oracle: times(oracle), 'auto/oracle': pct(all('auto') / oracle) })
+  rows.push({ trace: 'all but free', requests: '', tokens: '', 'off t/s': '', ...Object.fromEntries(MODES.slice(1).map(([n]) => [n, times(all(n))])), oracle: times(oracle), 'auto/oracle': pct(all('auto') / oracle), 'copy ceiling': '', 'auto/copy': '' })
   table(rows, Object.keys(rows[0]))
   console.log('each cell: generation tok/s against off, median (min–max) over the repeats paired with the off run of the same repeat; then the share of drafted tokens accepted. Every mode must give off\'s text.')
   console.log(`(agentic section: ${elapsed(since)})`)
-  results.agentic = { rows, oracle, batchMs, runs: Object.fromEntries(Object.entries(runs).map(([t, m]) => [t, Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v.map((run) => run.map(({ content, ...q }) => q))]))])) }
+  results.agentic = { rows, oracle, copyCeiling, batchMs, runs: Object.fromEntries(Object.entries(runs).map(([t, m]) => [t, Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v.map((run) => run.map(({ content, req, ...q }) => q))]))])) }
 }
 
 // prebuilt: the portable addon against the source build
