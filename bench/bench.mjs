@@ -1217,18 +1217,23 @@ if (sections.has('agentic')) {
   // prompt, the output so far, every earlier output of the run), picking
   // the right occurrence; the step is priced at its batch's measured cost.
   // Text that is new (a record's values, a new answer) cannot be copied.
+  // With `prompts`, earlier requests' prompts are sources too: what putting
+  // prompts in the shared index could add at best.
   const tokenizer = await LlamaEngine.load({ ...load, contextSize: 512 })
   const copyCeiling = {}
+  const withPrompts = {}
   const written = []
+  const read = []
   for (const t of Object.keys(traces)) {
     let plain = 0
     let copied = 0
+    let copiedP = 0
     for (const q of runs[t].off[0]) {
       const prompt = tokenizer.tokenize(q.req.messages ? tokenizer.applyChatTemplate(q.req.messages, { addGenerationPrompt: true }) : q.req.prompt, { special: true })
       const out = tokenizer.tokenize(q.content, { addBos: false })
-      const longest = (i) => {
+      const longest = (i, prompts) => {
         let best = 0
-        for (const seq of [...written, prompt, out.slice(0, i)]) {
+        for (const seq of [...written, ...(prompts ? read : []), prompt, out.slice(0, i)]) {
           for (let j = 0; j < seq.length; j++) {
             let l = 0
             while (l < 16 && j + l < seq.length && i + l < out.length && seq[j + l] === out[i + l]) l++
@@ -1238,14 +1243,21 @@ if (sections.has('agentic')) {
         return best
       }
       for (let i = 0; i < out.length; ) {
-        const l = Math.min(longest(i), out.length - i - 1)
+        const l = Math.min(longest(i, false), out.length - i - 1)
         copied += cost(l + 1)
         plain += (l + 1) * cost(1)
         i += l + 1
       }
+      for (let i = 0; i < out.length; ) {
+        const l = Math.min(longest(i, true), out.length - i - 1)
+        copiedP += cost(l + 1)
+        i += l + 1
+      }
       written.push(out)
+      read.push(prompt)
     }
     copyCeiling[t] = plain / copied
+    withPrompts[t] = plain / copiedP
   }
   await tokenizer.dispose()
   const tpsOf = (run) => run.reduce((a, q) => a + q.n, 0) / (run.reduce((a, q) => a + q.ms, 0) / 1000)
@@ -1262,7 +1274,7 @@ if (sections.has('agentic')) {
     }
     row.oracle = times(oracle)
     row['auto/oracle'] = pct(median(runs[t].auto.map((run, i) => tpsOf(run) / tpsOf(off[i]))) / oracle)
-    row['copy ceiling'] = times(copyCeiling[t])
+    row['copy ceiling'] = `${times(copyCeiling[t])} (${times(withPrompts[t])})`
     row['auto/copy'] = pct(median(runs[t].auto.map((run, i) => tpsOf(run) / tpsOf(off[i]))) / copyCeiling[t])
     rows.push(row)
   }
@@ -1273,8 +1285,9 @@ if (sections.has('agentic')) {
   rows.push({ trace: 'all but free', requests: '', tokens: '', 'off t/s': '', ...Object.fromEntries(MODES.slice(1).map(([n]) => [n, times(all(n))])), oracle: times(oracle), 'auto/oracle': pct(all('auto') / oracle), 'copy ceiling': '', 'auto/copy': '' })
   table(rows, Object.keys(rows[0]))
   console.log('each cell: generation tok/s against off, median (min–max) over the repeats paired with the off run of the same repeat; then the share of drafted tokens accepted. Every mode must give off\'s text.')
+  console.log('oracle: every token drafted right; copy ceiling: the longest run of each output found in what the engine had read (this prompt) and written (earlier outputs, the output so far), in parentheses with earlier prompts too.')
   console.log(`(agentic section: ${elapsed(since)})`)
-  results.agentic = { rows, oracle, copyCeiling, batchMs, runs: Object.fromEntries(Object.entries(runs).map(([t, m]) => [t, Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v.map((run) => run.map(({ content, req, ...q }) => q))]))])) }
+  results.agentic = { rows, oracle, copyCeiling, withPrompts, batchMs, runs: Object.fromEntries(Object.entries(runs).map(([t, m]) => [t, Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v.map((run) => run.map(({ content, req, ...q }) => q))]))])) }
 }
 
 // prebuilt: the portable addon against the source build
