@@ -243,16 +243,31 @@ describe('the load-time self-check', () => {
       const first = await LlamaEngine.load({ modelPath: SMOL, contextSize: 512, threads: 2 })
       await first.complete({ prompt: 'Hello', n_predict: 8 })
       await first.dispose()
-      const later = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 })
-      const out = { worker, later: later.status().batchInvariant }
+      // Another context size than the worker's engine: checked afresh, not
+      // the verdict an earlier load with the same settings left.
+      const later = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 768, threads: 2 })
+      const laterStatus = later.status()
       await later.dispose()
-      return out
+      const again = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 768, threads: 2 })
+      const againStatus = again.status()
+      await again.dispose()
+      return {
+        worker,
+        later: laterStatus.batchInvariant,
+        laterFresh: !/earlier load/.test(laterStatus.batchInvariance),
+        again: againStatus.batchInvariant,
+        againReused: /checked at an earlier load of this model with these settings in this process/.test(againStatus.batchInvariance),
+      }
     `,
       { GGML_CPU_TILED_MM: undefined },
     )
     expect(out.worker).toEqual({ invariant: true, same: true, drafted: expect.any(Number) })
     expect(out.worker.drafted).toBeGreaterThan(0)
     expect(out.later).toBe(true)
+    expect(out.laterFresh).toBe(true)
+    // The same model and settings again in this process: the verdict that held is reused.
+    expect(out.again).toBe(true)
+    expect(out.againReused).toBe(true)
   })
 })
 

@@ -289,7 +289,7 @@ describe('sessions on disk', () => {
       await e.dispose()
     }
     const fuzzDir = path.join(dir, 'fuzz')
-    const count = matrix(600, 40)
+    const count = matrix(600, 100)
     execFileSync('cargo', ['build', '--release', '--example', 'session_fuzz'], { cwd: ROOT, stdio: 'ignore' })
     execFileSync(path.join(ROOT, 'target', 'release', 'examples', 'session_fuzz'), [small, fuzzDir, String(count), '20261124'])
     const script = `

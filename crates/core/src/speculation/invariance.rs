@@ -68,6 +68,9 @@ pub struct InvarianceCheck {
     pub kernels: String,
     /// Time the whole calibration took (ms), batch costs included.
     pub ms: f64,
+    /// The verdict of an earlier load in this process of the same model
+    /// with the same settings (a check that held is not run again).
+    pub reused: bool,
 }
 
 impl InvarianceCheck {
@@ -159,7 +162,8 @@ impl fmt::Display for InvarianceCheck {
             let kernels = if self.kernels.is_empty() { String::new() } else { format!("; fast kernels on: {}", self.kernels) };
             write!(
                 f,
-                "identical alone and in batches of {sizes}{mixed}{attention}{matmul}{elsewhere}{kernels} (calibration took {:.0} ms)",
+                "identical alone and in batches of {sizes}{mixed}{attention}{matmul}{elsewhere}{kernels} ({}calibration took {:.0} ms)",
+                if self.reused { "checked at an earlier load of this model with these settings in this process, whose " } else { "" },
                 self.ms
             )
         }

@@ -178,7 +178,32 @@ impl<'m> Worker<'m> {
         // A cap left on this thread (none is, a thread per engine) would skew the costs.
         set_thread_cap(0);
         let limits = Limits { n_ctx: worker.n_ctx, n_batch, n_seq: parallel, threads: opts.threads.max(1) as usize };
-        worker.invariance = calibrate(&mut worker.ctx, &mut worker.batch, &models.target, &models.weight_types, limits, &mut worker.costs);
+        // Everything the verdict depends on: the model file, its adapters,
+        // the context's shape, the threads, what computes, the fast kernels
+        // on (an environment setting can change them).
+        let key = format!(
+            "{}|{:?}|{}|{}|{}|{}|{}|{:?}|{}",
+            info.fingerprint,
+            info.loras,
+            limits.n_ctx,
+            limits.n_batch,
+            limits.n_seq,
+            limits.threads,
+            info.compute_id,
+            models.weight_types,
+            crate::ggml_setup::fast_kernels()
+        );
+        worker.invariance = match checked(&key, &info.fingerprint) {
+            Some((check, costs)) => {
+                worker.costs = costs;
+                check
+            }
+            None => {
+                let check = calibrate(&mut worker.ctx, &mut worker.batch, &models.target, &models.weight_types, limits, &mut worker.costs);
+                remember(&key, &info.fingerprint, &check, &worker.costs);
+                check
+            }
+        };
         if let Some(d) = &worker.draft {
             d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
         }
@@ -319,4 +344,34 @@ pub fn aborted_before_start(req: &CompletionRequest, info: &ModelInfo, batch_inv
         completion_probabilities: (req.n_probs > 0).then(Vec::new),
         ..Default::default()
     }
+}
+
+/// Self-checks that held, by model file, adapters and context settings,
+/// with the batch costs measured with them: an engine loaded again in this
+/// process with the same ones (a server reloading, a test suite) reuses the
+/// verdict instead of decoding the same batches again. The verdict is a
+/// fact of this binary on this CPU for those inputs; a check that failed is
+/// run again at every load.
+static CHECKED: Mutex<Vec<(String, InvarianceCheck, BatchCost)>> = Mutex::new(Vec::new());
+/// Verdicts kept (the oldest forgotten first).
+const CHECKED_MAX: usize = 16;
+
+fn checked(key: &str, fingerprint: &str) -> Option<(InvarianceCheck, BatchCost)> {
+    if fingerprint.is_empty() {
+        return None;
+    }
+    let done = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+    let (_, check, costs) = done.iter().find(|(k, _, _)| k == key)?;
+    Some((InvarianceCheck { reused: true, ..check.clone() }, costs.clone()))
+}
+
+fn remember(key: &str, fingerprint: &str, check: &InvarianceCheck, costs: &BatchCost) {
+    if fingerprint.is_empty() || !check.holds() {
+        return;
+    }
+    let mut done = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+    if done.len() >= CHECKED_MAX {
+        done.remove(0);
+    }
+    done.push((key.to_owned(), check.clone(), costs.clone()));
 }
