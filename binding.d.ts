@@ -126,7 +126,7 @@ export interface JoinedPieces {
 
 /**
  * Loads a GPU back-end module in this process and computes on each of its
- * devices: run in a child process (`gpu-probe.js`), where a driver that
+ * devices: run in a child process (`lib/addon/gpu-probe.js`), where a driver that
  * crashes takes only the child down.
  */
 export declare function probeGpu(path: string): { ok: boolean, devices?: Record<string, unknown>[], reason?: string }

@@ -4,7 +4,7 @@
 const fs = require('node:fs')
 const path = require('node:path')
 const { LlamaEngine, requestFields, errorCodes, drafters } = require('..')
-const { loadNative } = require('../native-loader.js')
+const { loadNative } = require('../lib/addon/loader.js')
 
 const root = path.join(__dirname, '..')
 const dts = fs.readFileSync(path.join(root, 'index.d.ts'), 'utf8')

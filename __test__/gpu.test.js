@@ -1,7 +1,7 @@
 // GPU back ends never break the CPU one. On a build without a GPU back end,
 // `gpuLayers` runs on the CPU with the same output as `gpuLayers: 0`, and
 // `status().gpu` says why. The Vulkan module is first loaded in a child
-// process (gpu.js's probe): a module that crashes there (as a broken driver
+// process (lib/addon/gpu.js's probe): a module that crashes there (as a broken driver
 // does) or does not start leaves this process on the CPU with the reason.
 // The real Vulkan package on lavapipe is checked by
 // `npm run test:platforms -- linux-x64-gnu-vulkan`.
@@ -10,7 +10,7 @@ const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
 const { LlamaEngine, TARGET } = require('./helpers')
-const { probe, decide } = require('../gpu.js')
+const { probe, decide } = require('../lib/addon/gpu.js')
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-gpu-'))
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))

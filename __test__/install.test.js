@@ -1,4 +1,4 @@
-// How the package finds its native addon (native-loader.js): the platform
+// How the package finds its native addon (lib/addon/loader.js): the platform
 // package first, then a local build; what status() says about it; and the
 // message when nothing loads. The prebuilt platform package itself is
 // installed and run offline by `npm run test:prebuilt` (scripts/check-prebuilt.mjs).
@@ -7,7 +7,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { LlamaEngine } = require('..')
-const { platformTriple } = require('../native-loader.js')
+const { platformTriple } = require('../lib/addon/loader.js')
 const { MODELS } = require('./helpers')
 
 const root = path.join(__dirname, '..')
@@ -58,9 +58,10 @@ test('without any addon, requiring the package fails with a message that says wh
   // A copy of the JS files without a .node beside them and without the platform package.
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-noaddon-'))
   try {
-    // The package's top-level JavaScript files, as npm would install them.
+    // The package's JavaScript (its entry points and lib/), as npm would install them.
     const rootPkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'))
     for (const f of rootPkg.files.filter((f) => f.endsWith('.js'))) fs.copyFileSync(path.join(root, f), path.join(dir, f))
+    fs.cpSync(path.join(root, 'lib'), path.join(dir, 'lib'), { recursive: true })
     const env = { ...process.env }
     delete env.LLAMA_ENGINE_ADDON
     const r = spawnSync(process.execPath, ['-e', `require(${JSON.stringify(dir)})`], { cwd: dir, env, encoding: 'utf8' })

@@ -21,7 +21,7 @@ function engineChildren() {
   return out
     .split('\n')
     .map((l) => l.trim().split(/\s+/))
-    .filter((f) => Number(f[1]) === process.pid && f.slice(2).join(' ').includes('engine-process.js'))
+    .filter((f) => Number(f[1]) === process.pid && f.slice(2).join(' ').includes(path.join('lib', 'isolation', 'child.js')))
     .map((f) => Number(f[0]))
 }
 

@@ -8,7 +8,7 @@ const fs = require('node:fs')
 const http = require('node:http')
 const os = require('node:os')
 const path = require('node:path')
-const { resolveModel, parseModelUri } = require('../resolve-model.js')
+const { resolveModel, parseModelUri } = require('../lib/models/resolve.js')
 
 const sha = (b) => crypto.createHash('sha256').update(b).digest('hex')
 const bytes = (n, seed) => {

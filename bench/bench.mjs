@@ -82,7 +82,7 @@ const THREADS = Number(process.env.BENCH_THREADS || 2)
 const N = Number(process.env.BENCH_TOKENS || 128)
 const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
-const { platformTriple } = (await import('../native-loader.js')).default
+const { platformTriple } = (await import('../lib/addon/loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
 const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))

@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { root } from './native.mjs'
 
-const { platformTriple } = (await import('../native-loader.js')).default
+const { platformTriple } = (await import('../lib/addon/loader.js')).default
 const triple = platformTriple()
 const pkgDir = join(root, 'npm', triple)
 const platformPkg = `llama-engine-${triple}`

@@ -12,7 +12,7 @@ const fromSource = process.env.npm_config_build_from_source === 'true'
 
 function loaded() {
   try {
-    return require('../native-loader.js').loadNative().from
+    return require('../lib/addon/loader.js').loadNative().from
   } catch {
     return null
   }

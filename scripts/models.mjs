@@ -132,7 +132,7 @@ let binding;
 function loadBinding() {
   if (binding) return binding;
   try {
-    binding = createRequire(import.meta.url)('../native-loader.js').loadNative().binding;
+    binding = createRequire(import.meta.url)('../lib/addon/loader.js').loadNative().binding;
   } catch (e) {
     console.error(`cannot load the addon (${e.message.split('\n')[0]})\nbuild the addon first: npm run build`);
     process.exit(1);

@@ -1,18 +1,18 @@
 // Builds the native addon from source with cargo (release profile) and puts
-// it where native-loader.js looks for it. Shared by `npm install` and the test and
+// it where lib/addon/loader.js looks for it. Shared by `npm install` and the test and
 // demo entry points, so a fresh clone needs no other step.
 import { execFileSync, spawnSync } from 'node:child_process'
 import { copyFileSync, existsSync, readdirSync, renameSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import loader from '../native-loader.js'
+import loader from '../lib/addon/loader.js'
 import { ensureVendored } from './vendor.mjs'
 
 const { platformTriple } = loader
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 
-// The same name native-loader.js looks for.
+// The same name lib/addon/loader.js looks for.
 export const addonFile = join(root, `llama-engine.${platformTriple()}.node`)
 
 export function addonBuilt() {

@@ -61,7 +61,7 @@ const TARGETS = {
   'aarch64-unknown-linux-gnu': 'linux-arm64-gnu',
   'x86_64-pc-windows-gnu': 'win32-x64-gnu',
 }
-const { platformTriple } = (await import('../native-loader.js')).default
+const { platformTriple } = (await import('../lib/addon/loader.js')).default
 const targetArg = process.argv.indexOf('--target')
 const rustTarget = targetArg > 0 ? process.argv[targetArg + 1] : null
 const triple = rustTarget ? TARGETS[rustTarget] : platformTriple()

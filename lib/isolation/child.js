@@ -1,12 +1,12 @@
 'use strict'
-// The child side of `isolation: 'process'` (isolation.js): one engine,
+// The child side of `isolation: 'process'` (parent.js): one engine,
 // driven by messages from the parent over the IPC channel (fork) or the
 // parent port (Electron's utilityProcess). It prints nothing; llama.cpp's
 // warnings go to stderr, which the parent keeps to explain a crash. It
 // exits when the parent disposes of it or goes away.
 
-const { loadNative, platformTriple } = require('./native-loader.js')
-const { setupGpu } = require('./gpu.js')
+const { loadNative, platformTriple } = require('../addon/loader.js')
+const { setupGpu } = require('../addon/gpu.js')
 
 const port = process.parentPort // Electron's utilityProcess
 const send = port ? (msg) => port.postMessage(msg) : (msg) => process.send && process.send(msg)

@@ -11,13 +11,13 @@
 // child has loaded the whole model.
 //
 // The child is Electron's utilityProcess where that exists (the main
-// process of an Electron app), else child_process.fork; engine-process.js
-// is its side.
+// process of an Electron app), else child_process.fork; child.js
+// (beside this file) is its side.
 
 const { fork } = require('node:child_process')
 const path = require('node:path')
 
-const CHILD = path.join(__dirname, 'engine-process.js')
+const CHILD = path.join(__dirname, 'child.js')
 /** Restart delays, ms: the first at once, then doubling up to 30 s; reset after a minute of life. */
 const BACKOFF = [0, 1000, 2000, 4000, 8000, 16000, 30000]
 const HEALTHY_MS = 60_000
@@ -36,7 +36,7 @@ function fromWire(e) {
   return coded(e && e.code ? e.code : 'INTERNAL', (e && e.message) || String(e), e ? e.field : undefined)
 }
 
-/** A child process running engine-process.js, as one small interface over fork() and Electron's utilityProcess. */
+/** A child process running child.js, as one small interface over fork() and Electron's utilityProcess. */
 function spawnChild() {
   const env = { ...process.env }
   // llama.cpp's warnings and errors on the child's stderr, which the parent

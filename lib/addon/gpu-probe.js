@@ -2,7 +2,7 @@
 // Run by gpu.js in a child process: loads a GPU back-end module and computes
 // on its devices. Prints one JSON line: { ok, devices } or { ok: false, reason }.
 // If the driver crashes, only this process dies.
-const { loadNative } = require('./native-loader.js')
+const { loadNative } = require('./loader.js')
 
 let answer
 try {

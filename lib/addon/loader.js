@@ -73,7 +73,8 @@ function findNative() {
       tried.push(isNotFound(e, pkg) ? `${pkg}: not installed` : `${pkg}: ${e.message}`)
     }
   }
-  const local = path.join(__dirname, `llama-engine.${triple}.node`)
+  // The package root (two folders up), where `npm run build` puts it.
+  const local = path.join(__dirname, '..', '..', `llama-engine.${triple}.node`)
   try {
     return { binding: require(local), from: 'local build' }
   } catch (e) {

@@ -3,7 +3,7 @@
 // loads. The prebuilt addon has none built in: the Vulkan back end is a
 // ggml module in an optional package (llama-engine-<platform>-vulkan). A
 // Vulkan driver can crash the process that loads it, so the module is first
-// loaded in a child process (gpu-probe.js), which also computes on each
+// loaded in a child process (gpu-probe.js, beside this file), which also computes on each
 // device; only if the child succeeds does this process load it. Otherwise
 // the engine runs on the CPU and status().gpu.reason says why.
 //

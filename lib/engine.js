@@ -1,0 +1,423 @@
+'use strict'
+// The public LlamaEngine class. The native addon (addon/) does the work on
+// its own thread; this file gives it its JavaScript shape: promises,
+// AbortSignal, async iteration. Errors come from the addon as Errors with
+// their stable `code` already set. With `isolation: 'process'` the same
+// class drives an engine in a child process (isolation/).
+
+const { native, binding, platformTriple } = require('./addon/native.js')
+const { setupGpu } = require('./addon/gpu.js')
+const { isRemoteModel } = require('./models/resolve.js')
+const { resolveModel } = require('./models/index.js')
+const { engineError, coded } = require('./errors.js')
+const { floats, replacer, requestJson, checkSignal, sliced, checkTokens, templateRequest } = require('./wire.js')
+const { eventStream } = require('./stream.js')
+
+const { NativeEngine, NativeVocab } = binding
+// Loaded on first use: the child-process engine (`isolation: 'process'`).
+let isolation = null
+
+class LlamaEngine {
+  #native
+  #disposed = false
+
+  constructor(native) {
+    if (!(native instanceof NativeEngine || (isolation && native instanceof isolation.IsolatedNative))) {
+      throw new TypeError('use LlamaEngine.load(options) to create an engine')
+    }
+    this.#native = native
+  }
+
+  /** Loads the model(s) on a background thread. */
+  static async load(options) {
+    if (options === null || typeof options !== 'object') {
+      throw engineError('INVALID_REQUEST', 'options: expected an object')
+    }
+    const { onProgress, ...rest } = options
+    if (onProgress != null && typeof onProgress !== 'function') {
+      throw engineError('INVALID_REQUEST', 'onProgress: expected a function')
+    }
+    const { isolation: mode = 'none', restart = true } = rest
+    if (mode !== 'none' && mode !== 'process') throw engineError('INVALID_REQUEST', "isolation: expected 'none' or 'process'")
+    if (typeof restart !== 'boolean') throw engineError('INVALID_REQUEST', 'restart: expected a boolean')
+    // hf: and https: models are fetched first (models/resolve.js); onProgress
+    // then covers the download (the first half) and the load.
+    const remote = ['modelPath', 'draftModelPath'].filter((k) => isRemoteModel(rest[k]))
+    const share = remote.length ? 0.5 : 0
+    if (remote.length) {
+      const sizes = new Map()
+      for (const key of remote) {
+        rest[key] = await resolveModel(rest[key], {
+          signal: options.signal,
+          offline: options.offline,
+          onProgress: onProgress
+            ? ({ file, downloaded, total }) => {
+                sizes.set(file, [downloaded, total])
+                let d = 0
+                let t = 0
+                for (const [a, b] of sizes.values()) (d += a), (t += b)
+                try {
+                  onProgress(t > 0 ? (share * d) / t : 0)
+                } catch {}
+              }
+            : undefined,
+        })
+      }
+    }
+    // Adapters may be named the same way.
+    if (Array.isArray(rest.loras)) {
+      rest.loras = await Promise.all(
+        rest.loras.map(async (l) =>
+          l && typeof l === 'object' && isRemoteModel(l.path)
+            ? { ...l, path: await resolveModel(l.path, { signal: options.signal, offline: options.offline }) }
+            : l,
+        ),
+      )
+    }
+    delete rest.signal
+    delete rest.offline
+    let json
+    try {
+      json = JSON.stringify(rest, replacer)
+    } catch (e) {
+      throw engineError('INVALID_REQUEST', `options: cannot be serialised (${e.message})`)
+    }
+    const progress = onProgress
+      ? (fraction) => {
+          try {
+            onProgress(share + (1 - share) * fraction)
+          } catch {
+            // A throwing progress callback must not break loading.
+          }
+        }
+      : undefined
+    try {
+      if (mode === 'process') {
+        isolation ??= require('./isolation/parent.js')
+        const openVocab = (optionsJson) => NativeVocab.load(optionsJson)
+        return new LlamaEngine(await isolation.IsolatedNative.start(json, progress, { restart, openVocab }))
+      }
+      await setupGpu(native.binding, platformTriple())
+      return new LlamaEngine(await NativeEngine.load(json, progress))
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  #check() {
+    if (this.#disposed) throw engineError('DISPOSED', 'the engine has been disposed')
+  }
+
+  tokenize(text, options = {}) {
+    this.#check()
+    if (typeof text !== 'string') throw engineError('INVALID_REQUEST', 'text: expected a string')
+    const { addBos = false, special = false } = options || {}
+    try {
+      return this.#native.tokenize(text, Boolean(addBos), Boolean(special))
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  detokenize(tokens) {
+    this.#check()
+    checkTokens(tokens)
+    try {
+      return this.#native.detokenize(tokens)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /**
+   * The prompt a chat request with these `messages` evaluates: the model's
+   * chat template (or `chatTemplate` from load) rendered with them and, when
+   * given, the request's `tools`, `tool_choice`, `parallel_tool_calls` and
+   * `chat_template_kwargs` (with the generic tool format, the tool preamble).
+   */
+  applyChatTemplate(messages, options = {}) {
+    this.#check()
+    const { json, addGenerationPrompt } = templateRequest(messages, options)
+    try {
+      return this.#native.applyChatTemplate(json, addGenerationPrompt)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /**
+   * `tokenize` off the JS thread (a thread of libuv's pool), for text of any
+   * size: the event loop goes on meanwhile. `withPieces: true` resolves
+   * `{ id, piece }[]`, each token with its own text.
+   */
+  async tokenizeAsync(text, options = {}) {
+    this.#check()
+    if (typeof text !== 'string') throw engineError('INVALID_REQUEST', 'text: expected a string')
+    const { addBos = false, special = false, withPieces = false } = options || {}
+    try {
+      const ids = await this.#native.tokenizeAsync(text, Boolean(addBos), Boolean(special))
+      if (!withPieces) return await sliced(ids.length, (i) => ids[i])
+      const { text: joined, ends } = await this.#native.detokenizeAsync(ids, true)
+      return await sliced(ids.length, (i) => ({ id: ids[i], piece: joined.slice(i > 0 ? ends[i - 1] : 0, ends[i]) }))
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /**
+   * A chat answer (generated here or elsewhere) read as the engine reads
+   * its own: `{ content, reasoning_content?, tool_calls? }`, with the tools
+   * and settings of the request it answered — the mirror of
+   * `applyChatTemplate`.
+   */
+  parseChatOutput(text, options = {}) {
+    this.#check()
+    if (typeof text !== 'string') throw engineError('INVALID_REQUEST', 'text: expected a string')
+    if (options === null || typeof options !== 'object') throw engineError('INVALID_REQUEST', 'options: expected an object')
+    const { tools, parallelToolCalls, chat_template_kwargs, reasoning_format, ...rest } = options
+    const unknown = Object.keys(rest)[0]
+    if (unknown !== undefined) throw engineError('INVALID_REQUEST', `options.${unknown}: not an option of parseChatOutput (tools, parallelToolCalls, chat_template_kwargs, reasoning_format)`)
+    const request = { messages: [{ role: 'user', content: 'Hello' }], tools, parallel_tool_calls: parallelToolCalls, chat_template_kwargs, reasoning_format }
+    let json
+    try {
+      json = JSON.stringify(request, replacer)
+    } catch (e) {
+      throw engineError('INVALID_REQUEST', `options: cannot be serialised (${e.message})`)
+    }
+    try {
+      return this.#native.parseChatOutput(text, json)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /** `detokenize` off the JS thread. */
+  async detokenizeAsync(tokens) {
+    this.#check()
+    checkTokens(tokens)
+    try {
+      return await this.#native.detokenizeAsync(Int32Array.from(tokens), false)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /** `applyChatTemplate` off the JS thread. */
+  async applyChatTemplateAsync(messages, options = {}) {
+    this.#check()
+    const { json, addGenerationPrompt } = templateRequest(messages, options)
+    try {
+      return await this.#native.applyChatTemplateAsync(json, addGenerationPrompt)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /**
+   * Runs one completion. Events go to `onEvent` in order; the promise
+   * resolves after the last one (`done`) was delivered.
+   */
+  complete(request, onEvent, signal) {
+    return new Promise((resolve, reject) => {
+      if (this.#disposed) return reject(engineError('DISPOSED', 'the engine has been disposed'))
+      let json
+      try {
+        if (onEvent != null && typeof onEvent !== 'function') {
+          throw engineError('INVALID_REQUEST', 'onEvent: expected a function')
+        }
+        signal = checkSignal(signal)
+        json = requestJson(request)
+      } catch (e) {
+        return reject(e)
+      }
+      let id = null
+      let thrown = null
+      let settled = false
+      const onAbort = () => {
+        if (id !== null && !settled) this.#native.abort(id)
+      }
+      const settle = (fn, value) => {
+        if (settled) return
+        settled = true
+        if (signal) signal.removeEventListener('abort', onAbort)
+        fn(value)
+      }
+      const handle = (text) => {
+        if (typeof text !== 'string') return settle(reject, coded(text))
+        let event
+        try {
+          event = JSON.parse(text)
+        } catch (e) {
+          return settle(reject, engineError('INTERNAL', `bad event from the engine: ${e.message}`))
+        }
+        if (thrown === null && onEvent) {
+          try {
+            onEvent(event)
+          } catch (e) {
+            // A throwing handler ends its own request only.
+            thrown = e
+            if (event.type !== 'done') this.#native.abort(id)
+          }
+        }
+        if (event.type === 'done') {
+          if (thrown !== null) return settle(reject, thrown)
+          const { type, ...result } = event
+          settle(resolve, result)
+        }
+      }
+      try {
+        id = this.#native.submit(json, handle)
+      } catch (e) {
+        return settle(reject, coded(e))
+      }
+      if (signal) {
+        if (signal.aborted) onAbort()
+        else signal.addEventListener('abort', onAbort, { once: true })
+      }
+    })
+  }
+
+  /**
+   * Saves the KV cells of a conversation (`{ messages, tools?, tool_choice?,
+   * parallel_tool_calls?, chat_template_kwargs? }`) or a `{ prompt }` to
+   * `path`, atomically. The conversation is evaluated as its next request
+   * will start (whatever of it is cached is reused); resolves with
+   * `{ tokens, exact, bytes }`. Runs beside other requests.
+   */
+  saveSession(path, conversation) {
+    return this.#sessionJob(() => {
+      if (typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+      if (conversation === null || typeof conversation !== 'object' || Array.isArray(conversation)) {
+        throw engineError('INVALID_REQUEST', 'conversation: expected { messages } or { prompt }')
+      }
+      let json
+      try {
+        json = JSON.stringify(conversation, replacer)
+      } catch (e) {
+        throw engineError('INVALID_REQUEST', `conversation: cannot be serialised (${e.message})`)
+      }
+      return (handle) => this.#native.saveSession(path, json, handle)
+    })
+  }
+
+  /**
+   * Loads a session file written by `saveSession` into a free slot: the
+   * next request starting with its tokens reuses them. Resolves with
+   * `{ tokens, exact, messages | prompt }`; a file that is not a session of
+   * this model and KV settings, truncated or corrupted rejects with
+   * `INVALID_SESSION`.
+   */
+  loadSession(path) {
+    return this.#sessionJob(() => {
+      if (typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+      return (handle) => this.#native.loadSession(path, handle)
+    })
+  }
+
+  /**
+   * Embeddings of a string, strings, token ids or arrays of token ids,
+   * computed on the engine thread beside running requests. Resolves with
+   * `{ embeddings: Float32Array[], tokens }`.
+   */
+  embed(input, options) {
+    return this.#sessionJob(() => {
+      if (options != null && (typeof options !== 'object' || Array.isArray(options))) {
+        throw engineError('INVALID_REQUEST', 'options: expected { normalize?, truncate? }')
+      }
+      const plain = (v) => (ArrayBuffer.isView(v) ? Array.from(v) : v)
+      const given = plain(input)
+      const request = {
+        input: Array.isArray(given) ? given.map(plain) : given,
+        normalize: options?.normalize,
+        truncate: options?.truncate,
+      }
+      let json
+      try {
+        json = JSON.stringify(request)
+      } catch (e) {
+        throw engineError('INVALID_REQUEST', `input: cannot be serialised (${e.message})`)
+      }
+      return (handle) => this.#native.embed(json, handle)
+    }).then(({ embeddings, tokens }) => ({ embeddings: embeddings.map(floats), tokens }))
+  }
+
+  #sessionJob(prepare) {
+    return new Promise((resolve, reject) => {
+      if (this.#disposed) return reject(engineError('DISPOSED', 'the engine has been disposed'))
+      let start
+      try {
+        start = prepare()
+      } catch (e) {
+        return reject(e)
+      }
+      const handle = (text) => {
+        if (typeof text !== 'string') return reject(coded(text))
+        try {
+          const { type, ...answer } = JSON.parse(text)
+          resolve(answer)
+        } catch (e) {
+          reject(engineError('INTERNAL', `bad answer from the engine: ${e.message}`))
+        }
+      }
+      try {
+        start(handle)
+      } catch (e) {
+        reject(coded(e))
+      }
+    })
+  }
+
+  /** The same events as `complete`, as an async iterator. Breaking out of the loop aborts the request. */
+  stream(request, signal) {
+    return eventStream((r, onEvent, s) => this.complete(r, onEvent, s), request, signal)
+  }
+  /** Stops every request that is running now (each resolves with `stopped_abort`); queued ones stay queued. */
+  cancel() {
+    if (this.#disposed) return
+    this.#native.cancel()
+  }
+
+  status() {
+    if (this.#disposed) return { queued: 0, active: 0, busy: false, disposed: true }
+    if (!(this.#native instanceof NativeEngine)) return this.#native.status()
+    return { ...this.#native.status(), addon: native.from, isolation: { mode: 'none', pid: process.pid, restarts: 0 } }
+  }
+
+  /** Writes the dynamic n-gram cache (llama.cpp's lookup format) to `path` or to `ngramCachePath`. */
+  async saveNgramCache(path) {
+    this.#check()
+    if (path != null && typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+    try {
+      await this.#native.saveNgramCache(path ?? null)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /**
+   * Writes the suffix drafter's shared indexes (every namespace) to `path` or
+   * to `suffixCachePath`, atomically; resolves with the tokens written.
+   */
+  async saveSuffixCache(path) {
+    this.#check()
+    if (path != null && typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+    try {
+      return await this.#native.saveSuffixCache(path ?? null)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /** Frees the models and contexts now. Every later call rejects or throws DISPOSED. */
+  async dispose() {
+    if (this.#disposed) return
+    this.#disposed = true
+    try {
+      await this.#native.dispose()
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+}
+
+module.exports = { LlamaEngine }
