@@ -97,7 +97,7 @@ describe('a throwing onEvent', () => {
 describe('a panic on the engine thread', () => {
   // Jest gives tests a copy of process.env, so the fault-injection switch is
   // set on a child process.
-  test('rejects that request with INTERNAL; the engine keeps serving the same answers', () => {
+  test('rejects that request with INTERNAL naming the panic; the engine keeps serving the same answers', () => {
     const { execFileSync } = require('node:child_process')
     const path = require('node:path')
     const { TARGET } = require('./helpers')
@@ -110,15 +110,20 @@ describe('a panic on the engine thread', () => {
         const queued = engine.complete(req);
         const err = await engine.complete({ prompt: '__llama_engine_panic__' }).catch((e) => e);
         const after = [(await queued).content, (await engine.complete(req)).content];
+        // Past its own guard: the job goes with the panic, its promise still says why.
+        const placing = await engine.complete({ prompt: '__llama_engine_panic_placing__' }).catch((e) => e);
+        after.push((await engine.complete(req)).content);
         await engine.dispose();
-        console.log(JSON.stringify({ code: err.code, message: err.message, before: before.content, after }));
+        console.log(JSON.stringify({ code: err.code, message: err.message, placing: [placing.code, placing.message], before: before.content, after }));
       })();`
     const env = { ...process.env, LLAMA_ENGINE_FAULT_INJECTION: '1' }
     const out = execFileSync(process.execPath, ['-e', script], { env, timeout: 60000, stdio: ['ignore', 'pipe', 'ignore'] }).toString()
     const r = JSON.parse(out.trim().split('\n').at(-1))
     expect(r.code).toBe('INTERNAL')
     expect(r.message).toMatch(/recovered from a panic/)
-    expect(r.after).toEqual([r.before, r.before])
+    expect(r.placing[0]).toBe('INTERNAL')
+    expect(r.placing[1]).toMatch(/recovered from a panic while handling this request: fault injected by __llama_engine_panic_placing__ \(at .*admit\.rs:\d+\)/)
+    expect(r.after).toEqual([r.before, r.before, r.before])
   })
 })
 

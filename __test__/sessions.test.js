@@ -128,6 +128,37 @@ describe('the host-memory prompt cache', () => {
     }
   })
 
+  test('two conversations taking turns on one slot: each turn restored from RAM is exact, also when keeping the other one replaces an entry', async () => {
+    // A tool loop's follow-ups: each conversation comes back with what it
+    // said, after the other one took the slot. Keeping the slot's state
+    // before a restore replaces the entry it extends, which moves the
+    // entries after it (the restore once took the wrong one: an agent's
+    // third request failed with "the engine lost this request").
+    const e = await load({ parallel: 1 })
+    try {
+      const ask = (prompt) => ({ prompt, n_predict: 6, temperature: 0, n_probs: 2 })
+      const said = async (prompt) => {
+        const ids = []
+        const r = await e.complete(ask(prompt), (ev) => ev.type === 'token' && ids.push(...ev.tokens.map((t) => t.id)))
+        return { r, next: (more) => [...prompt, ...ids, ...e.tokenize(more)] }
+      }
+      const A = e.tokenize('Conversation A: the user asks the assistant which tools a carpenter needs for a workbench. '.repeat(2))
+      const B = e.tokenize('Conversation B: the user asks the assistant how to plant tomatoes on a sunny balcony. '.repeat(2))
+      const a1 = await said(A) // the slot: A
+      const b1 = await said(B) // A to RAM; the slot: B
+      const a2 = await said(a1.next(' Then what?')) // A restored, B to RAM
+      const b2 = await said(b1.next(' And after that?')) // B restored; keeping A's turn replaces A's first entry
+      const a3 = await said(a2.next(' Thanks.'))
+      expect(e.status().promptCache.hits).toBeGreaterThanOrEqual(3)
+      for (const [turn, prompt] of [[a2, a1.next(' Then what?')], [b2, b1.next(' And after that?')], [a3, a2.next(' Thanks.')]]) {
+        expect(turn.r.tokens_cached).toBeGreaterThan(16)
+        expect(trace(turn.r)).toBe(await computed(ask(prompt)))
+      }
+    } finally {
+      await e.dispose()
+    }
+  })
+
   test('promptCacheMB: 0 keeps nothing; the prompt is computed again', async () => {
     const e = await load({ parallel: 1, promptCacheMB: 0 })
     try {

@@ -583,7 +583,7 @@ pub fn configure_gpu(path: Option<String>, reason: Option<String>) -> bool {
 }
 
 /// Loads a GPU back-end module in this process and computes on each of its
-/// devices: run in a child process (`gpu-probe.js`), where a driver that
+/// devices: run in a child process (`lib/addon/gpu-probe.js`), where a driver that
 /// crashes takes only the child down.
 #[napi(ts_return_type = "{ ok: boolean, devices?: Record<string, unknown>[], reason?: string }")]
 pub fn probe_gpu(path: String) -> Value {
@@ -638,6 +638,7 @@ pub fn request_fields() -> Value {
 fn quiet_panics() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        sink::note_panic(info);
         if std::env::var_os("LLAMA_ENGINE_LOG").is_some() {
             default(info)
         }

@@ -6,6 +6,8 @@
 use napi::bindgen_prelude::{Function, JsValuesTupleIntoVec, ToNapiValue};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{sys, Status};
+use std::cell::RefCell;
+
 use serde::Serialize;
 
 use crate::error::JsEngineError;
@@ -92,12 +94,38 @@ impl EventSink for JsEventSink {
     }
 }
 
-/// Every request's promise settles: one dropped without an answer (the
-/// engine lost it, in a panic say) rejects with INTERNAL.
+thread_local! {
+    /// The last panic on this thread (where and why), noted by the addon's
+    /// panic hook before the stack unwinds.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Called by the panic hook: what a sink dropped while this panic unwinds
+/// says its request failed of.
+pub fn note_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let why = info
+        .payload()
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| info.payload().downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    let at = info.location().map(|l| format!(" (at {}:{})", l.file(), l.line())).unwrap_or_default();
+    LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{why}{at}")));
+}
+
+/// Every request's promise settles: one dropped without an answer rejects
+/// with INTERNAL, naming the cause — the panic it was dropped in (the
+/// engine thread goes on with its other requests), or, dropped otherwise,
+/// that it is a bug of the engine's.
 impl Drop for JsEventSink {
     fn drop(&mut self) {
         if !self.answered {
-            self.send(Outgoing::Error(EngineError::internal("the engine lost this request (see the other rejections for why)")));
+            let panic = if std::thread::panicking() { LAST_PANIC.with(|p| p.borrow().clone()) } else { None };
+            let message = match panic {
+                Some(why) => format!("the engine recovered from a panic while handling this request: {why}"),
+                None => "the engine dropped this request without an answer (a bug in llama-engine: please report it)".to_string(),
+            };
+            self.send(Outgoing::Error(EngineError::internal(message)));
         }
     }
 }

@@ -34,6 +34,10 @@ use llama_engine_core::speculation::registry::{self, DrafterEntry, DrafterHost};
 use llama_engine_core::speculation::suffix::SuffixStore;
 
 const PANIC_PROMPT: &str = "__llama_engine_panic__";
+/// The prompt that panics while its job is placed in a slot (past
+/// `prepare`, whose own guard answers the request): the job goes with the
+/// panic and its promise must still say why.
+const PANIC_PLACING_PROMPT: &str = "__llama_engine_panic_placing__";
 /// The prompt that aborts the process (the fault an isolated engine survives).
 const ABORT_PROMPT: &str = "__llama_engine_abort__";
 
@@ -212,6 +216,11 @@ impl<'m> Worker<'m> {
     }
 
     fn start(&mut self, job: Job, p: Prepared) {
+        if std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1")
+            && job.request.prompt == [PromptPart::Text(PANIC_PLACING_PROMPT.into())]
+        {
+            panic!("fault injected by {PANIC_PLACING_PROMPT}");
+        }
         let tag = llama_engine_core::request::lora_tag(&p.lora);
         if tag != 0 && job.session.is_some() {
             self.shared.request_ended(job.id);

@@ -125,6 +125,11 @@ impl Worker<'_> {
     pub(super) fn fill(&mut self, target: usize, prompt: &[i32], reuse: bool, tag: u64) -> usize {
         let (n, source) = if reuse { self.best_source(target, prompt, tag) } else { (0, Source::Own) };
         self.keep_in_cache(target, if source == Source::Own { n } else { 0 });
+        // Keeping the slot's state may have changed the prompt cache (the
+        // entries it extends or nearly copies go, the least recently used
+        // make room): an entry index found before is not one now. Decide
+        // again on the cache as it is.
+        let (n, source) = if matches!(source, Source::Cache(_)) { self.best_source(target, prompt, tag) } else { (n, source) };
         // From here its cells are this request's adapters' (those it keeps
         // were computed with them too, or it keeps none).
         self.slots[target].lora_tag = tag;
