@@ -263,11 +263,71 @@ describe.each(CONSTRAINED)('a required call with %s', (file, family) => {
     }
   })
 
+  test('cut by the token limit: stopped_limit, the call as far as the model wrote it, the deltas the same', async () => {
+    // Where the call starts and ends in this machine's greedy answer, then
+    // the same request cut half-way through its arguments.
+    const trace = async (n_predict) => {
+      let tokens = 0
+      let announcedAt = null
+      const deltas = []
+      const r = await engine.complete({ ...ask, tools: [weatherTool], tool_choice: 'required', n_predict }, (ev) => {
+        if (ev.type !== 'token') return
+        tokens += ev.tokens.length
+        if (ev.tool_calls?.length) {
+          announcedAt ??= tokens
+          deltas.push(...ev.tool_calls)
+        }
+      })
+      const assembled = []
+      for (const d of deltas) {
+        assembled[d.index] ??= { id: '', name: '', arguments: '' }
+        if (d.id) assembled[d.index].id = d.id
+        if (d.name) assembled[d.index].name = d.name
+        assembled[d.index].arguments += d.arguments ?? ''
+      }
+      return { r, tokens, announcedAt, assembled }
+    }
+    const whole = await trace(120)
+    expect(whole.r.stopped_tool_calls).toBe(true)
+    const n = Math.floor((whole.announcedAt + whole.tokens) / 2)
+    expect(n).toBeLessThan(whole.tokens)
+    const cut = await trace(n)
+    expect(cut.r).toMatchObject({ stopped_limit: true, stopped_tool_calls: false, tokens_predicted: n })
+    expect(cut.r.tool_calls).toHaveLength(1)
+    const call = cut.r.tool_calls[0].function
+    expect(call.name).toBe('get_weather')
+    // The model's text so far: a beginning of the whole call's arguments (not JSON yet, perhaps).
+    expect(whole.r.tool_calls[0].function.arguments.startsWith(call.arguments)).toBe(true)
+    expect(cut.assembled).toEqual([{ id: cut.r.tool_calls[0].id, name: call.name, arguments: call.arguments }])
+  })
+
   test('a named function is the one called', async () => {
     const r = await engine.complete({ ...ask, tools: [weatherTool, timeTool], tool_choice: { type: 'function', function: { name: 'get_time' } } })
     expect(r.tool_calls.length).toBeGreaterThan(0)
     expect(r.tool_calls.every((c) => c.function.name === 'get_time')).toBe(true)
   })
+})
+
+// A value of an XML-ish family ends at its first closing tag, with or
+// without the line break llama.cpp's delimiter has before it: read so by
+// parseChatOutput (and by the streamed reading, which is the same parser).
+test('a value closed without its line break is read as closed (qwen3-coder, glm)', async () => {
+  const cases = [
+    ['Qwen3.5-4B.jinja', '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis</parameter>\n</function>\n</tool_call>'],
+    ['Qwen3-Coder.jinja', '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis</parameter>\n</function>\n</tool_call>'],
+    ['Qwen3-Coder.jinja', '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>'],
+    ['GLM-4.6.jinja', '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value></tool_call>'],
+  ]
+  for (const [file, text] of cases) {
+    const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, parallel: 1, chatTemplate: template(file) })
+    try {
+      const out = engine.parseChatOutput(text, { tools: [weatherTool], chat_template_kwargs: { enable_thinking: false } })
+      expect([file, out.tool_calls?.map((c) => [c.function.name, JSON.parse(c.function.arguments)])]).toEqual([file, [['get_weather', { city: 'Paris' }]]])
+      expect(out.content).toBe('')
+    } finally {
+      await engine.dispose()
+    }
+  }
 })
 
 // The grammar drafter on families that are not Hermes: what their call

@@ -12,8 +12,9 @@ use llama_cpp_2::model::LlamaModel;
 use serde_json::{json, Value};
 
 use super::chat_native::{self, NativeParser};
+use llama_engine_core::chat::closing::close_values;
 use llama_engine_core::chat::format::SharedParser;
-use llama_engine_core::chat::gbnf_lark;
+use llama_engine_core::chat::gbnf_lark::{self, value_closers};
 use llama_engine_core::chat::output::{OutputParser, ToolCall};
 use llama_engine_core::chat::reparse::ReparseReader;
 use llama_engine_core::chat::tools::ToolChoice;
@@ -371,8 +372,11 @@ impl Native {
         let stops = derived.additional_stops.clone();
         // A lazy grammar waits for a trigger (tool_choice auto): not forced.
         let call_gbnf = if choice == "required" && !derived.grammar_lazy { derived.grammar.clone() } else { String::new() };
+        // A tag-delimited value ends at its first closing tag, as the call
+        // grammar ends it (core::chat::closing).
+        let closers = value_closers(&derived.grammar);
         let m = Arc::new(NativeMade {
-            parser: SharedParser(Arc::new(move |text: &str, partial| parser.parse(text, partial))),
+            parser: SharedParser(Arc::new(move |text: &str, partial| parser.parse(&close_values(text, &closers), partial))),
             markers,
             stops,
             call_gbnf,

@@ -25,6 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use super::closing::ValueCloser;
 use super::format::lark_str;
 
 /// Rules a grammar may have (llama.cpp's have a few hundred at most).
@@ -450,7 +451,7 @@ impl Converter<'_> {
                             return Err("text ends at one of several special tokens".into());
                         }
                     } else {
-                        out.push(Node::Group(ds.iter().map(|d| vec![Node::TextThen(d.clone())]).collect()));
+                        out.push(Node::Group(ds.iter().map(|d| through(d)).collect()));
                     }
                 }
                 Some(Automaton::Until(_)) if self.before_call(&seq[i + 1..]) => {
@@ -508,6 +509,54 @@ impl Converter<'_> {
             n => n.clone(),
         })
     }
+}
+
+/// Text through `delimiter`. A closing tag with white space around it
+/// (`"\n</parameter>\n"`) ends the text at the tag, wherever the white
+/// space before it went (the text keeps it), then has what follows it:
+/// a value ends at its first closing tag, as the family's reader reads it
+/// ([`super::closing`]).
+fn through(delimiter: &str) -> Vec<Node> {
+    match ValueCloser::of(delimiter) {
+        Some(c) if c.after.is_empty() => vec![Node::TextThen(c.tag)],
+        Some(c) => vec![Node::TextThen(c.tag), Node::Lit(c.after)],
+        None => vec![Node::TextThen(delimiter.to_string())],
+    }
+}
+
+/// The closing tags of argument values in `gbnf` (llama.cpp's call grammar
+/// for a family) with the white space its delimiters put around them: what
+/// [`super::closing::close_values`] supplies before llama.cpp's parser
+/// reads an answer. Empty when the grammar has none or cannot be read.
+pub fn value_closers(gbnf: &str) -> Vec<ValueCloser> {
+    let Ok(rules) = parse(gbnf) else { return Vec::new() };
+    let automata: HashMap<&str, Automaton> = rules.keys().filter_map(|n| automaton(&rules, n).map(|a| (n.as_str(), a))).collect();
+    // The automata other rules use (not the states inside one).
+    fn refs<'r>(node: &'r Node, out: &mut BTreeSet<&'r str>) {
+        match node {
+            Node::Ref(n) => {
+                out.insert(n);
+            }
+            Node::Group(alts) => alts.iter().flatten().for_each(|n| refs(n, out)),
+            Node::Rep(inner, ..) => refs(inner, out),
+            _ => {}
+        }
+    }
+    let mut used = BTreeSet::new();
+    for (_, alts) in rules.iter().filter(|(n, _)| !automata.contains_key(n.as_str())) {
+        alts.iter().flatten().for_each(|n| refs(n, &mut used));
+    }
+    let mut out: Vec<ValueCloser> = Vec::new();
+    for name in used {
+        if let Some(Automaton::Through(ds)) = automata.get(name) {
+            for c in ds.iter().filter_map(|d| ValueCloser::of(d)) {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn lark_name(name: &str) -> String {
@@ -750,6 +799,33 @@ mod tests {
         let rules = parse(&fixture("GLM-4.6").0).unwrap();
         assert_eq!(automaton(&rules, "until-7"), Some(Automaton::Until(vec!["</think>".into()])));
         assert_eq!(automaton(&rules, "ac-25"), Some(Automaton::Through(vec!["</arg_value>\n".into()])));
+    }
+
+    #[test]
+    fn value_closers_of_each_family() {
+        let closer = |d: &str| ValueCloser::of(d).unwrap();
+        assert_eq!(value_closers(&fixture("Qwen3-Coder").0), vec![closer("\n</parameter>\n")]);
+        assert_eq!(value_closers(&fixture("GLM-4.6").0), vec![closer("</arg_value>\n")]);
+        // JSON arguments: none.
+        assert_eq!(value_closers(&fixture("deepseek-ai-DeepSeek-V3.1").0), vec![]);
+        assert_eq!(value_closers("root ::= ("), vec![]);
+    }
+
+    #[test]
+    fn a_value_ends_at_its_first_closing_tag() {
+        // The model left out the line break before the tag: the value ends
+        // there, and what must follow the tag is forced (not the system
+        // prompt's text until the budget ends).
+        let (gbnf, prompt) = fixture("Qwen3-Coder");
+        let lark = call_grammar(&gbnf, &toy_special).unwrap();
+        let bare = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis</parameter>\n</function>\n</tool_call>";
+        assert!(accepts(&lark, &prompt, bare), "{lark}");
+        let run_on = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis</parameter>\n</function>\n</tool_call>\n\nIMPORTANT\n</parameter>\n</function>\n</tool_call>";
+        assert!(!accepts(&lark, &prompt, run_on), "{lark}");
+        let (gbnf, prompt) = fixture("GLM-4.6");
+        let lark = call_grammar(&gbnf, &toy_special).unwrap();
+        let run_on = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value></tool_call>x</arg_value>\n</tool_call>";
+        assert!(!accepts(&lark, &prompt, run_on), "{lark}");
     }
 
     #[test]

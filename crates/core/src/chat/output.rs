@@ -151,12 +151,32 @@ impl OutputParser {
             _ if opener.is_some_and(|o| !rest.is_empty() && o.starts_with(rest.as_str())) => {}
             _ => delta.content.push_str(&rest),
         }
-        if let State::Call(_) = self.state {
-            // Cut short: not a call.
-            self.sent.clear();
+        if let State::Call(json) = &self.state {
+            // Cut short (the token limit): the calls announced so far stay,
+            // with their arguments as far as the model wrote them — what the
+            // deltas sent, not JSON yet; the result says `stopped_limit`.
+            let json = json.clone();
+            self.keep_cut_calls(&json);
         }
         self.commit(&mut delta);
         delta
+    }
+
+    /// The calls of a call's JSON cut short, as far as they were sent.
+    fn keep_cut_calls(&mut self, json: &str) {
+        let Some(syntax) = self.format.calls.clone() else { return };
+        let scanned = scan(json, &syntax);
+        let first = self.calls.len();
+        for (k, call) in scanned.calls.iter().enumerate() {
+            let Some(&(announced, sent)) = self.sent.get(k) else { break };
+            if !announced {
+                break;
+            }
+            let arguments = call.args.map(|(start, _)| json[start..start + sent].to_string()).unwrap_or_default();
+            let id = call.id.clone().unwrap_or_else(|| self.new_id(first + k));
+            self.calls.push(ToolCall { id, name: call.name.clone().unwrap_or_default(), arguments });
+        }
+        self.sent.clear();
     }
 
     fn commit(&mut self, delta: &mut Delta) {
@@ -658,11 +678,26 @@ mod tests {
     }
 
     #[test]
-    fn a_call_cut_short_is_dropped() {
+    fn a_call_cut_short_keeps_what_was_sent() {
+        // Cut in its name: nothing was announced, nothing is a call.
         let mut p = parser(Family::Hermes, None, ReasoningStart::None);
-        run(&mut p, "ok<tool_call>\n{\"name\": \"w\", \"argum", 5);
+        run(&mut p, "ok<tool_call>\n{\"name\": \"wea", 5);
         assert_eq!(p.content(), "ok");
         assert!(p.calls().is_empty());
+        // Cut after it: announced, so a call, with no arguments yet.
+        let mut p = parser(Family::Hermes, None, ReasoningStart::None);
+        let deltas = run(&mut p, "ok<tool_call>\n{\"name\": \"w\", \"argum", 5);
+        assert_eq!((p.calls().len(), p.calls()[0].name.as_str(), p.calls()[0].arguments.as_str()), (1, "w", ""));
+        assert_eq!(assemble(&deltas).len(), 1);
+        // Cut in its arguments: the call as far as the model wrote it, as its deltas sent it.
+        for pieces in [1, 3, 7] {
+            let mut p = parser(Family::Hermes, None, ReasoningStart::None);
+            let deltas = run(&mut p, "ok<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Par", pieces);
+            assert_eq!(p.calls().len(), 1);
+            let call = &p.calls()[0];
+            assert_eq!((call.name.as_str(), call.arguments.as_str()), ("w", "{\"city\": \"Par"));
+            assert_eq!(assemble(&deltas), vec![(call.id.clone(), call.name.clone(), call.arguments.clone())]);
+        }
     }
 
     #[test]
