@@ -1,7 +1,7 @@
 // Public types of llama-engine. The native layer's own generated types are
 // in binding.d.ts; this file is the surface users see.
 
-export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INVALID_SESSION' | 'ENGINE_CRASHED' | 'INTERNAL'
+export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INVALID_SESSION' | 'ENGINE_CRASHED' | 'ENGINE_RESTARTING' | 'INTERNAL'
 
 /** Every rejection and throw of the engine is an Error with one of these codes. */
 export interface LlamaEngineError extends Error {
@@ -13,6 +13,8 @@ export interface LlamaEngineError extends Error {
    * and for errors that are not about one field.
    */
   field?: string
+  /** For `ENGINE_RESTARTING`: when the next engine process starts, in ms from now. */
+  retryAfterMs?: number
 }
 
 /** Every error code, as the addon lists them. */
@@ -155,8 +157,20 @@ export interface EngineOptions {
    * (this process keeps the vocabulary, not the weights).
    */
   isolation?: 'none' | 'process'
-  /** With `isolation: 'process'`: start a new child when one dies (with backoff). Default true. */
+  /**
+   * With `isolation: 'process'`: start a new child when one dies — at once,
+   * then with backoff (1, 2, 4 … 30 s) while new children die before
+   * answering anything. Default true.
+   */
   restart?: boolean
+  /**
+   * With `isolation: 'process'`: how long a call made while the child
+   * restarts waits for the next one, in ms (default 5000). A call the next
+   * child is not expected to be ready for in that time (its backoff plus
+   * the last load's time), or is not ready for, rejects with
+   * `ENGINE_RESTARTING` and `retryAfterMs`. 0: never wait.
+   */
+  restartWaitMs?: number
 }
 
 /** What `embed()` takes besides its input. */

@@ -7,7 +7,8 @@
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
-const { LlamaEngine, TARGET, loadTarget, run, user } = require('./helpers')
+const { execFile } = require('node:child_process')
+const { LlamaEngine, TARGET, FULL, loadTarget, run, user } = require('./helpers')
 
 const GREEDY = { prompt: 'The three most useful kitchen tools are', n_predict: 24, temperature: 0, n_probs: 3 }
 
@@ -168,6 +169,158 @@ describe('isolation: process', () => {
       await engine.dispose()
     }
   })
+
+  test('a request sent while the child restarts keeps the host alive until it is answered (a plain node process, nothing else pending)', async () => {
+    // In Jest something always keeps the loop alive; a host script does not:
+    // if nothing referenced the loop while the request waited for the next
+    // child, node would exit with code 13 (an unsettled top-level await).
+    const ROOT = path.join(__dirname, '..')
+    const script = `
+      const { LlamaEngine } = require(${JSON.stringify(ROOT)});
+      (async () => {
+        const engine = await LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, contextSize: 512, threads: 2, isolation: 'process' });
+        const delay = process.argv[1] === 'before' ? -1 : Number(process.argv[1]);
+        const crashed = engine.complete({ prompt: 'Tell me a long story', n_predict: 500, ignore_eos: true }).catch((e) => e.code);
+        await new Promise((r) => setTimeout(r, 100));
+        process.kill(engine.status().isolation.pid, 'SIGKILL');
+        // delay < 0: before the parent has seen the child die; else after, by delay ms.
+        const first = delay < 0 ? null : await crashed;
+        if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+        const r = await engine.complete({ prompt: 'Hello', n_predict: 4, temperature: 0 }).then((r) => r.tokens_predicted, (e) => e.code);
+        console.log(JSON.stringify({ first: first ?? (await crashed), r }));
+        await engine.dispose();
+      })();`
+    const once = (delay) =>
+      new Promise((resolve) => {
+        execFile(process.execPath, ['-e', script, `${delay}`], { timeout: 120_000 }, (err, stdout) => resolve({ code: err ? err.code : 0, out: stdout.trim().split('\n').at(-1) }))
+      })
+    // Before the parent has seen the child die (sent to it, it fails with
+    // it), at once after (the next child is not started yet) and later
+    // (while it loads): it waits for the next child, which answers.
+    for (const delay of [-1, 0, 0, 50, 300]) {
+      const { code, out } = await once(delay < 0 ? 'before' : delay)
+      expect({ delay, code }).toEqual({ delay, code: 0 })
+      const r = JSON.parse(out)
+      expect(r.first).toBe('ENGINE_CRASHED')
+      if (delay < 0) expect([4, 'ENGINE_CRASHED']).toContain(r.r)
+      else expect(r.r).toBe(4)
+    }
+  })
+
+  test(`killed ${FULL ? 50 : 8} times at random moments, with requests in flight and arriving: every promise settles within 5 s`, async () => {
+    const KILLS = FULL ? 50 : 8
+    // A call waits for the next child at most restartWaitMs: 4 s leaves a
+    // second for the small requests to be answered.
+    const engine = await loadIsolated({ parallel: 2, contextSize: 1024, restartWaitMs: 4000 })
+    const reference = await run(local, GREEDY)
+    // A seeded generator: the same moments on every run.
+    let seed = 47
+    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+    const calls = []
+    const track = (what, promise) => {
+      const call = { what, t0: Date.now(), ms: null, outcome: null }
+      calls.push(call)
+      promise.then(
+        () => (call.outcome = 'ok'),
+        (e) => (call.outcome = e.code || String(e)),
+      ).finally(() => (call.ms = Date.now() - call.t0))
+      return promise.catch(() => null)
+    }
+    // A child that answers (one that seems ready may be dead already, its exit not yet seen).
+    const ready = async () => {
+      const end = Date.now() + 60_000
+      for (;;) {
+        const r = await engine.complete({ prompt: 'Hi', n_predict: 1 }).then(() => true, (e) => {
+          if (e.code !== 'ENGINE_CRASHED' && e.code !== 'ENGINE_RESTARTING') throw e
+          return false
+        })
+        if (r) return
+        if (Date.now() > end) throw new Error('no child answered for 60 s')
+        await sleep(50)
+      }
+    }
+    const kill = (pid = engine.status().isolation?.pid) => {
+      if (pid > 0) {
+        try {
+          process.kill(pid, 'SIGKILL')
+        } catch {}
+      }
+    }
+    const LONG = 'The history of the lighthouse keepers of the northern coast. '.repeat(40)
+    const moments = ['prefill', 'decode', 'embed', 'tokenize', 'load', 'arriving']
+    try {
+      for (let round = 0; round < KILLS; round++) {
+        // The child answers first (a child that answers is no crash loop: the next restart is at once).
+        await ready()
+        const moment = moments[round % moments.length]
+        if (moment === 'prefill') {
+          track('prefill', engine.complete({ prompt: LONG, n_predict: 4 }))
+          await sleep(random() * 60)
+        } else if (moment === 'decode') {
+          let seen = 0
+          const target = 1 + Math.floor(random() * 8)
+          let killed
+          const done = new Promise((r) => (killed = r))
+          track('decode', engine.complete({ prompt: 'Write a long story about the sea', n_predict: 400 }, (e) => {
+            if (e.type === 'token' && ++seen === target) killed()
+          }))
+          await Promise.race([done, sleep(5000)])
+        } else if (moment === 'embed') {
+          track('embed', engine.embed([LONG, LONG.slice(0, 500)]))
+          await sleep(random() * 40)
+        } else if (moment === 'tokenize') {
+          track('tokenize', engine.tokenizeAsync(LONG.repeat(20)))
+          track('complete', engine.complete({ prompt: 'Count to ten:', n_predict: 32 }))
+          await sleep(random() * 30)
+        } else if (moment === 'load') {
+          const old = engine.status().isolation.pid
+          kill(old)
+          // The next child, while it loads.
+          await until(() => {
+            const { pid, restarting } = engine.status().isolation
+            return restarting && pid > 0 && pid !== old
+          }, 10_000)
+          await sleep(random() * 300)
+        }
+        const queued = track('queued', engine.complete({ prompt: 'And then', n_predict: 6 }))
+        kill()
+        // Sent before this process can have seen the child die: it fails with it, or waits.
+        track('racing', engine.complete({ prompt: 'Hi there', n_predict: 4 }))
+        // Requests arriving while it restarts (once its death was seen): at once, and a little later.
+        await queued
+        track('arriving', engine.complete({ prompt: 'Hello', n_predict: 4 }))
+        track('arriving-embed', engine.embed('a lighthouse'))
+        await sleep(random() * 100)
+        track('arriving-late', engine.complete({ prompt: 'Goodbye', n_predict: 4 }))
+      }
+      // After it all, the engine answers as in-process, bit for bit.
+      await ready()
+      const again = await run(engine, GREEDY)
+      expect(again.result.completion_probabilities).toEqual(reference.result.completion_probabilities)
+      // Killed during dispose: dispose resolves, nothing hangs.
+      track('at-dispose', engine.complete({ prompt: 'Write a long story', n_predict: 400 }))
+      await sleep(50)
+      const pid = engine.status().isolation.pid
+      const disposing = track('dispose', engine.dispose())
+      kill(pid)
+      await disposing
+      await until(() => calls.every((c) => c.ms !== null), 30_000)
+    } finally {
+      await engine.dispose()
+    }
+    if (process.env.SHOW_CALLS) console.log(JSON.stringify(calls.map((c) => [c.what, c.outcome, c.ms])))
+    const slow = calls.filter((c) => c.ms > 5000)
+    expect(slow).toEqual([])
+    // Each call answered, or refused with the crash's codes: none dropped, none INTERNAL.
+    const outcomes = new Set(calls.map((c) => c.outcome))
+    for (const o of outcomes) expect(['ok', 'ENGINE_CRASHED', 'ENGINE_RESTARTING', 'DISPOSED']).toContain(o)
+    expect(calls.filter((c) => c.what === 'tokenize').every((c) => c.outcome === 'ok')).toBe(true)
+    // Those arriving while it restarts are answered by the next child (but
+    // where that one was killed as it loaded).
+    const arrived = calls.filter((c) => c.what.startsWith('arriving'))
+    expect(arrived.filter((c) => c.outcome === 'ok').length).toBeGreaterThan(arrived.length / 2)
+  }, 900_000)
 
   test('a load that kills the child rejects MODEL_LOAD_FAILED, saying how it died, and is not retried', async () => {
     process.env.LLAMA_ENGINE_FAULT_INJECTION = 'abort-on-load'

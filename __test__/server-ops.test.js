@@ -205,25 +205,50 @@ describe('slow clients are dropped', () => {
     }
   })
 
-  test('stalled headers and stalled bodies are dropped on time, again and again, alone against an idle `llama-engine serve`', async () => {
+  test.each([
+    ['none', 'idle'],
+    ['process', 'busy'],
+  ])('stalled headers and stalled bodies are dropped on time, again and again: `llama-engine serve --isolation %s`, %s', async (isolation, load) => {
     // Node's own deadline sweep kept a lone stalled connection open past
     // 8 s every time at these deadlines (25-60 s at the default 10 s); the
-    // server's socket timers do not wait for it.
+    // server's socket timers do not wait for it. The body's deadline counts
+    // from the end of the headers.
     const cli = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
-    const srv = spawn(process.execPath, [cli, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '512', '--isolation', 'none', '--headers-timeout', '1000', '--request-timeout', '1000'], {
+    const srv = spawn(process.execPath, [cli, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '512', '--isolation', isolation, '--headers-timeout', '1000', '--request-timeout', '1000'], {
       stdio: ['ignore', 'ignore', 'pipe'],
     })
     let log = ''
     srv.stderr.on('data', (d) => (log += d))
+    const streams = []
     try {
       expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
       const port = Number(/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1])
-      const timed = async (bytes) => {
+      // Busy: two generations stream the whole time.
+      if (load === 'busy') for (let i = 0; i < 2; i++) streams.push(await startStream(`http://127.0.0.1:${port}/v1/chat/completions`, endless))
+      const timed = async (bytes, gapMs = 0, more = '') => {
         const t0 = Date.now()
-        const text = await Promise.race([rawExchange(port, bytes), new Promise((r) => setTimeout(() => r('(still open)'), 8000))])
+        const exchange = new Promise((resolve, reject) => {
+          const socket = net.connect(port, '127.0.0.1', () => {
+            socket.write(bytes)
+            if (more) setTimeout(() => socket.writable && socket.write(more), gapMs)
+          })
+          let text = ''
+          socket.setEncoding('utf8')
+          socket.on('data', (d) => (text += d))
+          socket.on('close', () => resolve(text))
+          socket.on('error', reject)
+        })
+        const text = await Promise.race([exchange, new Promise((r) => setTimeout(() => r('(still open)'), 8000))])
         return { text, ms: Date.now() - t0 }
       }
       const times = matrix(5, 2)
+      // The headers, then part of the body a moment later, then nothing.
+      for (let i = 0; i < times; i++) {
+        const head = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n'
+        const body = await timed(head, 300, '{"model":"x"')
+        expect(body.text).toMatch(/^HTTP\/1\.1 408 /)
+        expect(body.ms).toBeLessThan(3000)
+      }
       for (let i = 0; i < times; i++) {
         const headers = await timed('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n')
         expect(headers.ms).toBeLessThan(3000)
@@ -241,7 +266,10 @@ describe('slow clients are dropped', () => {
       const again = await timed('GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\n')
       expect(again.text).toMatch(/^HTTP\/1\.1 200 /)
       expect(again.ms).toBeLessThan(3000)
+      // The streams went on meanwhile.
+      for (const s of streams) expect((await s.reader.read()).done).toBe(false)
     } finally {
+      for (const s of streams) s.stop()
       srv.kill('SIGKILL')
     }
   })
@@ -259,6 +287,30 @@ describe('slow clients are dropped', () => {
       await close(app)
     }
   })
+})
+
+test('an isolated engine that dies: its requests get 503 ENGINE_CRASHED, onError hears each with its cause, new ones wait for the next engine', async () => {
+  const { LlamaEngine } = require('..')
+  const isolated = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, threads: 2, isolation: 'process' })
+  const errors = []
+  const { base, done } = await serve({ engine: isolated, onError: (e, r) => errors.push({ status: e.status, code: e.code, message: e.message, ...r }) })
+  try {
+    const held = post(`${base}/v1/chat/completions`, { ...chat('Write a long story.', 400), ignore_eos: true })
+    await until(() => isolated.status().active === 1, 30_000)
+    process.kill(isolated.status().isolation.pid, 'SIGKILL')
+    const res = await held
+    expect(res.status).toBe(503)
+    expect(res.headers.get('retry-after')).toBe('1')
+    expect((await res.json()).error.code).toBe('ENGINE_CRASHED')
+    expect(errors).toEqual([expect.objectContaining({ status: 503, code: 'ENGINE_CRASHED', method: 'POST', path: '/v1/chat/completions', streaming: false, message: expect.stringContaining('SIGKILL') })])
+    // One sent now waits for the next engine and is answered.
+    const next = await post(`${base}/v1/chat/completions`, chat('Hello'))
+    expect(next.status).toBe(200)
+    expect(errors).toHaveLength(1)
+  } finally {
+    await done()
+    await isolated.dispose()
+  }
 })
 
 test('a full queue is answered 429 with Retry-After; a waiting client that leaves frees its place', async () => {

@@ -462,7 +462,9 @@ async function serve(argv) {
   const { createServer } = require('../server/index.js')
   const loading = LlamaEngine.load(cli.load)
   loading.catch(() => {})
-  const server = createServer({ ...cli.server, engine: loading, signals: false })
+  // A line on stderr for every answer the server failed (5xx), with its cause.
+  const onError = (e, r) => stderr.write(`${new Date().toISOString()} ${r.status} ${r.method} ${r.path}${r.streaming ? ' (mid-stream)' : ''}: ${e.code}: ${e.message}\n`)
+  const server = createServer({ ...cli.server, engine: loading, signals: false, onError })
   const closed = new Promise((r) => server.on('close', r))
   let signal = null
   const onSignal = (name) => {

@@ -37,9 +37,13 @@ class LlamaEngine {
     if (onProgress != null && typeof onProgress !== 'function') {
       throw engineError('INVALID_REQUEST', 'onProgress: expected a function')
     }
-    const { isolation: mode = 'none', restart = true } = rest
+    const { isolation: mode = 'none', restart = true, restartWaitMs } = rest
     if (mode !== 'none' && mode !== 'process') throw engineError('INVALID_REQUEST', "isolation: expected 'none' or 'process'")
     if (typeof restart !== 'boolean') throw engineError('INVALID_REQUEST', 'restart: expected a boolean')
+    if (restartWaitMs !== undefined && !(Number.isInteger(restartWaitMs) && restartWaitMs >= 0)) {
+      throw engineError('INVALID_REQUEST', 'restartWaitMs: expected a non-negative integer (ms)')
+    }
+    delete rest.restartWaitMs
     // hf: and https: models are fetched first (models/resolve.js); onProgress
     // then covers the download (the first half) and the load.
     const remote = ['modelPath', 'draftModelPath'].filter((k) => isRemoteModel(rest[k]))
@@ -95,7 +99,7 @@ class LlamaEngine {
       if (mode === 'process') {
         isolation ??= require('./isolation/parent.js')
         const openVocab = (optionsJson) => NativeVocab.load(optionsJson)
-        return new LlamaEngine(await isolation.IsolatedNative.start(json, progress, { restart, openVocab }))
+        return new LlamaEngine(await isolation.IsolatedNative.start(json, progress, { restart, restartWaitMs, openVocab }))
       }
       await setupGpu(native.binding, platformTriple())
       return new LlamaEngine(await NativeEngine.load(json, progress))

@@ -48,6 +48,11 @@ function toApiError(err, paramOf = (field) => field) {
   if (code === 'DISPOSED') return new ApiError(503, message, { code })
   // The isolated engine's process died under this request; a new one is starting.
   if (code === 'ENGINE_CRASHED') return new ApiError(503, message, { code, headers: { 'Retry-After': '1' } })
+  // It is restarting after a crash, later than a request should wait.
+  if (code === 'ENGINE_RESTARTING') {
+    const seconds = Math.max(1, Math.ceil((Number(err.retryAfterMs) || 1000) / 1000))
+    return new ApiError(503, message, { code, headers: { 'Retry-After': String(seconds) } })
+  }
   return new ApiError(500, message, { code })
 }
 

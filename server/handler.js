@@ -22,6 +22,7 @@ const DEFAULTS = {
   requestTimeoutMs: 60_000,
   maxBodyBytes: 16 * 1024 * 1024,
   shutdownGraceMs: 10_000,
+  onError: undefined,
 }
 
 /** The options with their defaults, checked. */
@@ -33,6 +34,7 @@ function serverOptions(options = {}) {
     if (!Number.isInteger(o[name]) || o[name] < 0) throw new TypeError(`${name}: expected a non-negative integer, got ${JSON.stringify(o[name])}`)
   }
   if (o.apiKey != null && (typeof o.apiKey !== 'string' || o.apiKey === '')) throw new TypeError('apiKey: expected a non-empty string')
+  if (o.onError != null && typeof o.onError !== 'function') throw new TypeError('onError: expected a function')
   return o
 }
 
@@ -243,6 +245,12 @@ function createCore(engineOrPromise, options) {
     } catch (err) {
       const e = toApiError(err, ctx.paramOf)
       status = e.status
+      // The server's fault (or the engine's): the host's log says which and why.
+      if (e.status >= 500 && opts.onError) {
+        try {
+          opts.onError(e, { method: exchange.method, path: exchange.path, status: e.status, streaming: exchange.headersSent })
+        } catch {}
+      }
       if (e.status === 499 || exchange.finished) return // the client left: nobody to answer
       if (exchange.headersSent) {
         // Mid-stream: the status is already 200; the protocol says it as an event.

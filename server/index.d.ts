@@ -36,6 +36,13 @@ export interface ServerOptions {
   maxBodyBytes?: number
   /** On shutdown, how long running requests may go on before they are aborted. Default 10000. */
   shutdownGraceMs?: number
+  /**
+   * Called for every answer with a status of 500 or more (also an error
+   * sent as an event mid-stream): the error (`status`, `code`, `message`,
+   * which says its cause) and the request. Nothing is printed otherwise;
+   * `llama-engine serve` prints one line to stderr.
+   */
+  onError?: (error: Error & { status: number; code: string }, request: { method: string; path: string; status: number; streaming: boolean }) => void
 }
 
 export interface CreateServerOptions extends ServerOptions {

@@ -18,8 +18,20 @@ const { fork } = require('node:child_process')
 const path = require('node:path')
 
 const CHILD = path.join(__dirname, 'child.js')
-/** Restart delays, ms: the first at once, then doubling up to 30 s; reset after a minute of life. */
+/**
+ * Restart delays, ms: the first at once, then doubling up to 30 s while the
+ * new children die before answering anything (a crash loop); back to at
+ * once after a child answered a call or lived a minute.
+ */
 const BACKOFF = [0, 1000, 2000, 4000, 8000, 16000, 30000]
+/**
+ * How long a call made while the child restarts waits for the next one
+ * (`restartWaitMs`): when the next child is not expected to be ready by then
+ * (its backoff and the last load's time), or is not, the call rejects with
+ * ENGINE_RESTARTING and `retryAfterMs` rather than wait through a backoff
+ * of up to 30 s or a long load.
+ */
+const RESTART_WAIT_MS = 5000
 const HEALTHY_MS = 60_000
 /** What of the child's stderr is kept (llama.cpp's asserts and warnings go there). */
 const STDERR_KEEP = 16 * 1024
@@ -53,6 +65,7 @@ function spawnChild() {
       send: (msg) => child.postMessage(msg),
       onMessage: (fn) => child.on('message', fn),
       onExit: (fn) => child.on('exit', (code) => fn(code, null)),
+      onError: (fn) => child.on('error', (type, location) => fn(new Error(`${type}${location ? ` at ${location}` : ''}`))),
       stderr: child.stderr,
       kill: (signal) => child.kill(signal),
       ref() {},
@@ -72,6 +85,10 @@ function spawnChild() {
     onExit: (fn) => child.on('exit', fn),
     stderr: child.stderr,
     kill: (signal) => child.kill(signal),
+    // A failed spawn or a message that cannot be sent (the channel closed
+    // under it) is an 'error' event: without a listener it would throw in
+    // the host.
+    onError: (fn) => child.on('error', fn),
     // An idle engine does not keep the parent alive; a pending request does.
     ref() {
       child.ref()
@@ -119,7 +136,7 @@ class IsolatedNative {
   #state = 'starting' // starting | ready | restarting | failed | disposed
   #nextId = 1
   #pending = new Map() // id -> { kind, handle?, resolve?, reject?, childBound: true }
-  #waiting = [] // calls made while the child (re)starts: [send, fail]
+  #waiting = [] // calls made while the child (re)starts: { send, fail, entry, timer }
   #stderr = ''
   #restarts = 0
   #lastCrash = undefined
@@ -128,17 +145,23 @@ class IsolatedNative {
   #snapshot = {}
   #exited = null
   #parallel = 1
+  #restartTimer = null
+  #restartAt = 0 // when the next child starts (Date.now() ms), while restarting
+  #spawning = false // a new child is loading
+  #loadMs = 0 // how long the last load took
+  #restartWaitMs
 
-  static async start(optionsJson, onProgress, { restart = true, openVocab } = {}) {
-    const self = new IsolatedNative(optionsJson, restart)
+  static async start(optionsJson, onProgress, { restart = true, restartWaitMs = RESTART_WAIT_MS, openVocab } = {}) {
+    const self = new IsolatedNative(optionsJson, restart, restartWaitMs)
     await self.#spawn(onProgress, true)
     self.#vocab = await openVocab(optionsJson)
     return self
   }
 
-  constructor(optionsJson, restart) {
+  constructor(optionsJson, restart, restartWaitMs) {
     this.#optionsJson = optionsJson
     this.#restart = restart
+    this.#restartWaitMs = restartWaitMs
   }
 
   /** Starts a child and loads the model in it; `first`: a crash is MODEL_LOAD_FAILED, not retried. */
@@ -155,6 +178,11 @@ class IsolatedNative {
         this.#stderr = (this.#stderr + d).slice(-STDERR_KEEP)
       })
       let loading = true
+      let gone = false
+      this.#spawning = !first
+      // An idle engine's new child does not keep the host alive (the first
+      // one does: its load is awaited).
+      if (!first) this.#refresh()
       proc.onMessage((msg) => {
         if (this.#proc !== proc) return
         if (loading) {
@@ -163,7 +191,9 @@ class IsolatedNative {
             return
           }
           loading = false
+          this.#spawning = false
           if (msg.t === 'loaded') {
+            this.#loadMs = Date.now() - this.#startedAt
             this.#snapshot = msg.status
             this.#parallel = msg.status.parallel || 1
             this.#state = 'ready'
@@ -180,18 +210,26 @@ class IsolatedNative {
         }
         this.#onMessage(msg)
       })
-      proc.onExit((code, signal) => {
+      const onGone = (why) => {
+        if (gone) return
+        gone = true
         exitResolve()
         if (this.#proc !== proc || this.#state === 'disposed') return
-        const why = describeDeath(proc.pid, code, signal, this.#stderr)
         if (loading) {
           loading = false
+          this.#spawning = false
           this.#state = 'failed'
           this.#proc = null
           if (first) return reject(coded('MODEL_LOAD_FAILED', `loading the model ${why}`))
           return reject(coded('ENGINE_CRASHED', `restarting: ${why}`))
         }
         this.#crashed(why)
+      }
+      proc.onExit((code, signal) => onGone(describeDeath(proc.pid, code, signal, this.#stderr)))
+      proc.onError((e) => {
+        // No process (it could not start): no 'exit' will follow.
+        if (!proc.pid) onGone(`the engine process could not start: ${e.message}`)
+        else if (proc.child.exitCode === null && proc.child.signalCode === null) proc.kill('SIGKILL')
       })
       proc.send({ t: 'load', options: this.#optionsJson, progress: Boolean(onProgress) })
     })
@@ -207,17 +245,24 @@ class IsolatedNative {
     if (this.#state === 'disposed') return
     if (!this.#restart) {
       this.#state = 'failed'
-      for (const [, fail] of this.#waiting.splice(0)) fail(err())
+      this.#failWaiting(err)
       this.#refresh()
       return
     }
     this.#state = 'restarting'
     if (Date.now() - this.#startedAt > HEALTHY_MS) this.#attempt = 0
-    const delay = BACKOFF[Math.min(this.#attempt, BACKOFF.length - 1)]
+    this.#scheduleRestart(BACKOFF[Math.min(this.#attempt, BACKOFF.length - 1)])
+  }
+
+  /** The next child in `delay` ms. */
+  #scheduleRestart(delay) {
     this.#attempt++
     this.#restarts++
-    const timer = setTimeout(() => this.#restartNow(), delay)
-    timer.unref?.()
+    this.#restartAt = Date.now() + delay
+    this.#restartTimer = setTimeout(() => {
+      this.#restartTimer = null
+      this.#restartNow()
+    }, delay)
     this.#refresh()
   }
 
@@ -225,16 +270,18 @@ class IsolatedNative {
     if (this.#state === 'disposed') return
     try {
       await this.#spawn(null, false)
-      for (const [send] of this.#waiting.splice(0)) send()
+      for (const w of this.#waiting.splice(0)) {
+        clearTimeout(w.timer)
+        w.send()
+      }
+      this.#refresh()
     } catch (e) {
-      const err = coded('ENGINE_CRASHED', `the engine process could not be restarted: ${e.message}`)
-      for (const [, fail] of this.#waiting.splice(0)) fail(err)
-      this.#lastCrash = err.message
+      const message = `the engine process could not be restarted: ${e.message}`
+      this.#failWaiting(() => coded('ENGINE_CRASHED', message))
+      this.#lastCrash = message
       if (this.#state !== 'disposed') {
         this.#state = 'restarting'
-        const delay = BACKOFF[Math.min(this.#attempt++, BACKOFF.length - 1)]
-        this.#restarts++
-        setTimeout(() => this.#restartNow(), Math.max(delay, 1000)).unref?.()
+        this.#scheduleRestart(Math.max(BACKOFF[Math.min(this.#attempt, BACKOFF.length - 1)], 1000))
       }
     }
   }
@@ -244,6 +291,31 @@ class IsolatedNative {
     else p.reject(err)
   }
 
+  /** Fails every call waiting for the next child with `err()`. */
+  #failWaiting(err) {
+    for (const w of this.#waiting.splice(0)) {
+      clearTimeout(w.timer)
+      w.fail(err())
+    }
+  }
+
+  /** In how many ms the next child should be ready, by its backoff and the last load's time. */
+  #expectedReadyIn() {
+    const now = Date.now()
+    if (this.#spawning) return Math.max(0, this.#loadMs - (now - this.#startedAt))
+    return Math.max(0, this.#restartAt - now) + this.#loadMs
+  }
+
+  #restartingError() {
+    const wait = this.#expectedReadyIn()
+    const err = coded(
+      'ENGINE_RESTARTING',
+      `the engine process is restarting (after: ${this.#lastCrash}); the next one is expected in about ${Math.max(1, Math.ceil(wait / 1000))} s`,
+    )
+    err.retryAfterMs = Math.max(wait, 100)
+    return err
+  }
+
   #onMessage(msg) {
     if (msg.t === 'status') {
       this.#snapshot = msg.status
@@ -251,6 +323,8 @@ class IsolatedNative {
     }
     const p = this.#pending.get(msg.id)
     if (!p) return
+    // A child that answers calls is no crash loop: the next crash restarts at once.
+    if (msg.t !== 'event' || msg.last) this.#attempt = 0
     if (msg.t === 'event') {
       if (msg.last) this.#pending.delete(msg.id)
       p.handle(msg.text)
@@ -264,10 +338,16 @@ class IsolatedNative {
     this.#refresh()
   }
 
-  /** Keeps the parent alive only while something is pending. */
+  /**
+   * Keeps the parent alive only while something is pending: a call in the
+   * child or one waiting for the next child (then the restart timer, or the
+   * loading child, holds the event loop).
+   */
   #refresh() {
+    const busy = this.#pending.size > 0 || this.#waiting.length > 0
+    if (this.#restartTimer) busy ? this.#restartTimer.ref() : this.#restartTimer.unref()
     if (!this.#proc) return
-    if (this.#pending.size > 0 || this.#waiting.length > 0) this.#proc.ref()
+    if (busy) this.#proc.ref()
     else this.#proc.unref()
   }
 
@@ -283,6 +363,10 @@ class IsolatedNative {
       failNow(coded('ENGINE_CRASHED', this.#lastCrash || 'the engine process is gone'))
       return id
     }
+    if (this.#state === 'restarting' && this.#expectedReadyIn() > this.#restartWaitMs) {
+      failNow(this.#restartingError())
+      return id
+    }
     const send = () => {
       this.#pending.set(id, entry)
       this.#proc.send({ ...msg, id })
@@ -292,7 +376,19 @@ class IsolatedNative {
     }
     entry.id = id
     if (this.#state === 'ready') send()
-    else this.#waiting.push([send, failNow, entry])
+    else {
+      // Waits for the next child, at most restartWaitMs.
+      const w = { send, fail: failNow, entry, timer: null }
+      w.timer = setTimeout(() => {
+        const i = this.#waiting.indexOf(w)
+        if (i < 0) return
+        this.#waiting.splice(i, 1)
+        failNow(this.#restartingError())
+        this.#refresh()
+      }, this.#restartWaitMs)
+      this.#waiting.push(w)
+      this.#refresh()
+    }
     return id
   }
 
@@ -303,8 +399,8 @@ class IsolatedNative {
   }
 
   abort(id) {
-    const waiting = this.#waiting.find(([, , entry]) => entry.id === id)
-    if (waiting) waiting[2].aborted = true
+    const waiting = this.#waiting.find((w) => w.entry.id === id)
+    if (waiting) waiting.entry.aborted = true
     else if (this.#state === 'ready' && this.#pending.has(id)) this.#proc.send({ t: 'abort', id })
   }
 
@@ -386,7 +482,9 @@ class IsolatedNative {
     const proc = this.#proc
     this.#state = 'disposed'
     const err = () => coded('DISPOSED', 'the engine has been disposed')
-    for (const [, fail] of this.#waiting.splice(0)) fail(err())
+    clearTimeout(this.#restartTimer)
+    this.#restartTimer = null
+    this.#failWaiting(err)
     this.#vocab?.dispose()
     if (!proc) return
     proc.ref()

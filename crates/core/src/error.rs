@@ -12,19 +12,23 @@ pub enum ErrorCode {
     InvalidSession,
     /// The engine's process (`isolation: 'process'`) died; the request did not finish.
     EngineCrashed,
+    /// The isolated engine's process is restarting after a crash and the
+    /// next one starts later than a caller should wait (`retryAfterMs`).
+    EngineRestarting,
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in documentation order: the one list the binding exports
     /// (`errorCodes()`) and `index.d.ts` and the README are checked against.
-    pub const ALL: [ErrorCode; 7] = [
+    pub const ALL: [ErrorCode; 8] = [
         ErrorCode::InvalidRequest,
         ErrorCode::ModelLoadFailed,
         ErrorCode::IncompatibleDraft,
         ErrorCode::Disposed,
         ErrorCode::InvalidSession,
         ErrorCode::EngineCrashed,
+        ErrorCode::EngineRestarting,
         ErrorCode::Internal,
     ];
 
@@ -37,6 +41,7 @@ impl ErrorCode {
             ErrorCode::Disposed => "DISPOSED",
             ErrorCode::InvalidSession => "INVALID_SESSION",
             ErrorCode::EngineCrashed => "ENGINE_CRASHED",
+            ErrorCode::EngineRestarting => "ENGINE_RESTARTING",
             ErrorCode::Internal => "INTERNAL",
         }
     }
