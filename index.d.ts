@@ -171,6 +171,21 @@ export interface EngineOptions {
    * `ENGINE_RESTARTING` and `retryAfterMs`. 0: never wait.
    */
   restartWaitMs?: number
+  /**
+   * Where the verdicts of the load-time self-check (the batch-invariance
+   * check and batch costs behind `status().batchInvariant`, seconds of
+   * compute) are kept across processes: a later load of the same model file
+   * with the same context settings, threads and build — a restarted
+   * isolated engine, the next server process — reuses a verdict that held
+   * instead of checking again. A file path, or `false` for none (verdicts
+   * are then reused within this process only). Default:
+   * `self-check.bin` in `LLAMA_ENGINE_CACHE_DIR`, else the user's cache
+   * directory (`$XDG_CACHE_HOME/llama-engine` or `~/.cache/llama-engine`,
+   * `~/Library/Caches/llama-engine`, `%LOCALAPPDATA%\llama-engine\cache`).
+   * The file is checked whole before use (a damaged one is ignored and
+   * replaced) and written atomically; a check that failed is never kept.
+   */
+  selfCheckCache?: string | false
 }
 
 /** What `embed()` takes besides its input. */

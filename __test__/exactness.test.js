@@ -5,6 +5,8 @@
 // And the load-time self-check (status().batchInvariant) that the guarantee
 // rests on: true here, false when ggml's batch-dependent tiled K-quant path
 // is left on, whichever thread loads the addon first.
+const fs = require('node:fs')
+const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
 const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, matrix, model, run } = require('./helpers')
@@ -245,10 +247,11 @@ describe('the load-time self-check', () => {
       await first.dispose()
       // Another context size than the worker's engine: checked afresh, not
       // the verdict an earlier load with the same settings left.
-      const later = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 768, threads: 2 })
+      // (No file of verdicts: only this process's own are reused.)
+      const later = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 768, threads: 2, selfCheckCache: false })
       const laterStatus = later.status()
       await later.dispose()
-      const again = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 768, threads: 2 })
+      const again = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 768, threads: 2, selfCheckCache: false })
       const againStatus = again.status()
       await again.dispose()
       return {
@@ -268,6 +271,56 @@ describe('the load-time self-check', () => {
     // The same model and settings again in this process: the verdict that held is reused.
     expect(out.again).toBe(true)
     expect(out.againReused).toBe(true)
+  })
+})
+
+describe('self-check verdicts kept across processes', () => {
+  test('the next process with the same model and settings reuses the verdict; a damaged file is checked afresh and replaced', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-verdicts-'))
+    const file = path.join(dir, 'self-check.bin')
+    const load = (extra = {}) =>
+      inChild(`
+        const e = await LlamaEngine.load({ modelPath: SMOL, contextSize: 640, threads: 2, selfCheckCache: ${JSON.stringify(file)}, ...${JSON.stringify(extra)} })
+        const base = { prompt: PROMPTS.json, n_predict: 32, temperature: 0, n_probs: 3, ignore_eos: true }
+        const off = await e.complete({ ...base, speculative: { mode: 'off' } })
+        const spec = await e.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
+        const s = e.status()
+        await e.dispose()
+        return { invariant: s.batchInvariant, how: s.batchInvariance, same: probsOf(off) === probsOf(spec), drafted: spec.speculative.n_drafted }
+      `)
+    try {
+      const first = load()
+      expect(first).toMatchObject({ invariant: true, same: true })
+      expect(first.how).not.toMatch(/earlier load/)
+      expect(fs.existsSync(file)).toBe(true)
+      // Another process: the verdict (and its batch costs) from the file; exact as before.
+      const second = load()
+      expect(second).toMatchObject({ invariant: true, same: true })
+      expect(second.how).toContain(`checked at an earlier load of this model with these settings on this machine, kept in ${file}`)
+      expect(second.drafted).toBeGreaterThan(0)
+      // Other settings: checked afresh.
+      expect(load({ contextSize: 768 }).how).not.toMatch(/earlier load/)
+      // One byte changed: the file is not trusted, the check runs, the file is written again.
+      const bytes = fs.readFileSync(file)
+      bytes[bytes.length - 3] ^= 0x20
+      fs.writeFileSync(file, bytes)
+      const damaged = load()
+      expect(damaged).toMatchObject({ invariant: true, same: true })
+      expect(damaged.how).not.toMatch(/earlier load/)
+      expect(load().how).toMatch(/kept in/)
+      // Not a file of verdicts at all, and a directory: the same, no crash.
+      fs.writeFileSync(file, 'GGUF not this')
+      expect(load().how).not.toMatch(/earlier load/)
+      fs.rmSync(file)
+      fs.mkdirSync(file)
+      expect(load()).toMatchObject({ invariant: true, same: true })
+      // selfCheckCache: false reads and writes nothing.
+      fs.rmSync(file, { recursive: true })
+      load({ selfCheckCache: false })
+      expect(fs.existsSync(file)).toBe(false)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
 

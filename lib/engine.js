@@ -5,6 +5,8 @@
 // their stable `code` already set. With `isolation: 'process'` the same
 // class drives an engine in a child process (isolation/).
 
+const os = require('node:os')
+const path = require('node:path')
 const { native, binding, platformTriple } = require('./addon/native.js')
 const { setupGpu } = require('./addon/gpu.js')
 const { isRemoteModel } = require('./models/resolve.js')
@@ -14,6 +16,27 @@ const { floats, replacer, requestJson, checkSignal, sliced, checkTokens, templat
 const { eventStream } = require('./stream.js')
 
 const { NativeEngine, NativeVocab } = binding
+
+/**
+ * Where the load-time self-check's verdicts are kept across processes: the
+ * option's path, nothing with `false`, else `self-check.bin` in
+ * llama-engine's cache directory (LLAMA_ENGINE_CACHE_DIR, else the
+ * platform's user cache: XDG_CACHE_HOME or ~/.cache, ~/Library/Caches,
+ * %LOCALAPPDATA%).
+ */
+function selfCheckCache(option) {
+  if (option === false || typeof option === 'string') return option
+  if (option !== undefined) throw engineError('INVALID_REQUEST', 'selfCheckCache: expected a path or false')
+  const { env } = process
+  let dir = env.LLAMA_ENGINE_CACHE_DIR
+  if (!dir) {
+    const home = os.homedir()
+    if (process.platform === 'win32') dir = path.join(env.LOCALAPPDATA || path.join(home, 'AppData', 'Local'), 'llama-engine', 'cache')
+    else if (process.platform === 'darwin') dir = path.join(home, 'Library', 'Caches', 'llama-engine')
+    else dir = path.join(env.XDG_CACHE_HOME || path.join(home, '.cache'), 'llama-engine')
+  }
+  return path.join(dir, 'self-check.bin')
+}
 // Loaded on first use: the child-process engine (`isolation: 'process'`).
 let isolation = null
 
@@ -44,6 +67,7 @@ class LlamaEngine {
       throw engineError('INVALID_REQUEST', 'restartWaitMs: expected a non-negative integer (ms)')
     }
     delete rest.restartWaitMs
+    rest.selfCheckCache = selfCheckCache(rest.selfCheckCache)
     // hf: and https: models are fetched first (models/resolve.js); onProgress
     // then covers the download (the first half) and the load.
     const remote = ['modelPath', 'draftModelPath'].filter((k) => isRemoteModel(rest[k]))

@@ -4,6 +4,8 @@
 // matrix in full (all quantization types, prompts and seeds, the
 // chi-square runs): what CI runs. Extra arguments go to Jest.
 import { spawnSync } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ensureReady } from './ensure-ready.mjs'
 import { root } from './native.mjs'
@@ -19,4 +21,15 @@ function run(cmd, argv, env = {}) {
 
 ensureReady()
 run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
-run(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...jestArgs], full ? { LLAMA_ENGINE_TEST_FULL: '1' } : {})
+// The self-check's verdicts kept across the run's processes, in a directory
+// of its own: each run starts from none (what the user's cache holds does
+// not change what the suites see).
+const cache = process.env.LLAMA_ENGINE_CACHE_DIR ? null : mkdtempSync(join(tmpdir(), 'llama-engine-test-cache-'))
+const env = { ...(full ? { LLAMA_ENGINE_TEST_FULL: '1' } : {}), ...(cache ? { LLAMA_ENGINE_CACHE_DIR: cache } : {}) }
+const jest = spawnSync(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...jestArgs], {
+  cwd: root,
+  stdio: 'inherit',
+  env: { ...process.env, ...env },
+})
+if (cache) rmSync(cache, { recursive: true, force: true })
+if (jest.status !== 0) process.exit(jest.status ?? 1)

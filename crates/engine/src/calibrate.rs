@@ -4,6 +4,9 @@
 //! one at a time and as batches give bit-identical logits at every row,
 //! also when the batch holds another sequence (`core::speculation::invariance`).
 
+use std::io::Read;
+use std::path::Path;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
@@ -13,7 +16,9 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::attention_check::{self, Shape};
 use crate::{ggml_setup, matmul_check};
+use llama_engine_core::cache::verdicts::{Verdicts, MAX_BYTES};
 use llama_engine_core::error::{EngineError, Result};
+use llama_engine_core::files::write_atomically;
 use llama_engine_core::speculation::cost::BatchCost;
 use llama_engine_core::speculation::invariance::{InvarianceCheck, CHECK_SIZES};
 
@@ -130,6 +135,69 @@ fn matmul(threads: usize, weight_types: &[String], check: &mut InvarianceCheck) 
         }
         Err(why) => check.fail(why),
     }
+}
+
+/// Self-checks that held, by model file, adapters, context settings and
+/// build, with the batch costs measured with them: an engine loaded again
+/// with the same ones — in this process (a server reloading, a test suite),
+/// or in another when a file keeps them (`selfCheckCache`: a restarted
+/// isolated engine, the next server process) — reuses the verdict instead
+/// of decoding the same batches again. The verdict is a fact of this build
+/// on this CPU for those inputs; a check that failed is run again at every
+/// load and never kept.
+static CHECKED: Mutex<Vec<(String, InvarianceCheck, BatchCost)>> = Mutex::new(Vec::new());
+/// Verdicts kept in this process (the oldest forgotten first).
+const CHECKED_MAX: usize = 16;
+
+/// The verdict of an earlier load with this `key`: in this process, else
+/// in `file` (read whole and checked; a file that is not right is ignored,
+/// and replaced at the next verdict kept).
+pub fn earlier_verdict(key: &str, file: Option<&Path>) -> Option<(InvarianceCheck, BatchCost)> {
+    {
+        let done = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, check, costs)) = done.iter().find(|(k, _, _)| k == key) {
+            return Some((InvarianceCheck { reused: true, ..check.clone() }, costs.clone()));
+        }
+    }
+    let file = file?;
+    let verdicts = read_verdicts(file)?;
+    let v = verdicts.get(key)?;
+    remember(key, &v.check, &v.costs);
+    let kept_in = Some(file.display().to_string());
+    Some((InvarianceCheck { reused: true, kept_in, ..v.check.clone() }, v.costs.clone()))
+}
+
+/// Keeps a verdict that held for later loads: in this process, and in
+/// `file` when given (written atomically; a file that cannot be written is
+/// left as it is — the next load checks again).
+pub fn keep_verdict(key: &str, check: &InvarianceCheck, costs: &BatchCost, file: Option<&Path>) {
+    if !check.holds() {
+        return;
+    }
+    remember(key, check, costs);
+    let Some(file) = file else { return };
+    let mut verdicts = read_verdicts(file).unwrap_or_default();
+    verdicts.put(key, check, costs);
+    if let Some(dir) = file.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let bytes = verdicts.to_bytes();
+    let _ = write_atomically(file, |w| w.write_all(&bytes));
+}
+
+fn remember(key: &str, check: &InvarianceCheck, costs: &BatchCost) {
+    let mut done = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+    done.retain(|(k, _, _)| k != key);
+    if done.len() >= CHECKED_MAX {
+        done.remove(0);
+    }
+    done.push((key.to_owned(), check.clone(), costs.clone()));
+}
+
+fn read_verdicts(file: &Path) -> Option<Verdicts> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(file).ok()?.take(MAX_BYTES as u64 + 1).read_to_end(&mut bytes).ok()?;
+    Verdicts::parse(&bytes).ok()
 }
 
 /// Varied, real tokens (prose, code, digits, accents), enough for the

@@ -216,9 +216,41 @@ pub fn load_cpu_backend() -> std::result::Result<String, String> {
             if reg.is_null() {
                 return Err(format!("{}: ggml could not load it", path.display()));
             }
+            let _ = VARIANT_FILE.set(path);
             Ok(variant)
         })
         .clone()
+}
+
+/// The file of the CPU variant loaded (`load_cpu_backend`).
+#[cfg(feature = "prebuilt")]
+static VARIANT_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Which build computes: the size and modification time of the addon's
+/// own file and, in the portable build, of the CPU variant it loaded. A
+/// verdict of the self-check kept across processes is for one build
+/// (`calibrate`): rebuilt or reinstalled, the check runs again. Empty when
+/// the files cannot be found.
+pub fn build_id() -> String {
+    fn stamp(path: &std::path::Path) -> Option<String> {
+        let m = std::fs::metadata(path).ok()?;
+        let t = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(format!("{}:{}:{}", path.display(), m.len(), t.as_nanos()))
+    }
+    #[cfg(any(unix, windows))]
+    let addon = dl::file_of(build_id as *const std::ffi::c_void).and_then(|f| stamp(std::path::Path::new(&f)));
+    #[cfg(not(any(unix, windows)))]
+    let addon: Option<String> = None;
+    let Some(addon) = addon else { return String::new() };
+    #[cfg(feature = "prebuilt")]
+    {
+        match VARIANT_FILE.get().and_then(|p| stamp(p)) {
+            Some(variant) => format!("{addon}|{variant}"),
+            None => String::new(),
+        }
+    }
+    #[cfg(not(feature = "prebuilt"))]
+    addon
 }
 
 /// Whether a CPU variant's kernels give a row the same result whatever its
@@ -267,22 +299,26 @@ fn addon_dir() -> Option<std::path::PathBuf> {
 /// The dynamic loader, on POSIX (`dlopen`, `dladdr`) and on Windows
 /// (`LoadLibraryW`, `GetModuleHandleExW`): only what choosing a CPU variant
 /// needs.
-#[cfg(all(feature = "prebuilt", unix))]
+#[cfg(unix)]
 pub(super) mod dl {
-    use std::ffi::{c_void, CStr, CString};
-    use std::path::Path;
+    use std::ffi::{c_void, CStr};
+    #[cfg(feature = "prebuilt")]
+    use std::{ffi::CString, path::Path};
 
+    #[cfg(feature = "prebuilt")]
     pub unsafe fn open(path: &Path) -> Option<*mut c_void> {
         let c = CString::new(path.to_string_lossy().as_bytes()).ok()?;
         let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
         (!h.is_null()).then_some(h)
     }
+    #[cfg(feature = "prebuilt")]
     pub unsafe fn symbol(lib: *mut c_void, name: &CStr) -> *mut c_void {
         libc::dlsym(lib, name.as_ptr())
     }
     /// Whether the library and everything it needs load here; `Err` is the
     /// loader's message (e.g. `libvulkan.so.1: cannot open shared object
     /// file`). The library stays loaded (ggml loads it next).
+    #[cfg(feature = "prebuilt")]
     pub fn check_loadable(path: &Path) -> Result<(), String> {
         let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
         // SAFETY: dlopen of a path, then dlerror's thread-local message.
@@ -296,6 +332,7 @@ pub(super) mod dl {
         }
         Ok(())
     }
+    #[cfg(feature = "prebuilt")]
     pub unsafe fn close(lib: *mut c_void) {
         libc::dlclose(lib);
     }
@@ -312,11 +349,14 @@ pub(super) mod dl {
     }
 }
 
-#[cfg(all(feature = "prebuilt", windows))]
+#[cfg(windows)]
 pub(super) mod dl {
-    use std::ffi::{c_void, CStr, OsString};
-    use std::os::windows::ffi::{OsStrExt, OsStringExt};
-    use std::path::Path;
+    #[cfg(feature = "prebuilt")]
+    use std::ffi::CStr;
+    use std::ffi::{c_void, OsString};
+    use std::os::windows::ffi::OsStringExt;
+    #[cfg(feature = "prebuilt")]
+    use std::{os::windows::ffi::OsStrExt, path::Path};
 
     const GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS: u32 = 0x4;
     const GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT: u32 = 0x2;
@@ -329,14 +369,17 @@ pub(super) mod dl {
         fn GetModuleFileNameW(module: *mut c_void, name: *mut u16, size: u32) -> u32;
     }
 
+    #[cfg(feature = "prebuilt")]
     pub unsafe fn open(path: &Path) -> Option<*mut c_void> {
         let wide: Vec<u16> = path.as_os_str().encode_wide().chain(Some(0)).collect();
         let h = LoadLibraryW(wide.as_ptr());
         (!h.is_null()).then_some(h)
     }
+    #[cfg(feature = "prebuilt")]
     pub unsafe fn symbol(lib: *mut c_void, name: &CStr) -> *mut c_void {
         GetProcAddress(lib, name.as_ptr())
     }
+    #[cfg(feature = "prebuilt")]
     pub unsafe fn close(lib: *mut c_void) {
         FreeLibrary(lib);
     }

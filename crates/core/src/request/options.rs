@@ -40,6 +40,9 @@ pub struct EngineOptions {
     pub pooling: Option<Pooling>,
     /// LoRA adapters, in load order (their ids), with default scales.
     pub loras: Vec<LoraOption>,
+    /// The file the load-time self-check's verdicts are kept in across
+    /// processes (`cache::verdicts`); `None`: only in this process.
+    pub self_check_cache: Option<String>,
 }
 
 /// A LoRA adapter to load, and the scale requests without `lora` use.
@@ -84,6 +87,11 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
         prompt_cache_mb: int(obj, "promptCacheMB", 0, 1 << 24)?.map_or(DEFAULT_PROMPT_CACHE_MB, |n| n as usize),
         pooling: pooling(obj)?,
         loras: loras(obj)?,
+        self_check_cache: match obj.get("selfCheckCache") {
+            Some(Value::Bool(false)) => None,
+            _ => path(obj, "selfCheckCache")
+                .map_err(|e| EngineError::invalid("selfCheckCache", format!("expected a path or false ({})", e.message)))?,
+        },
     })
 }
 
@@ -205,6 +213,10 @@ mod tests {
         let o = parse_engine_options(&json!({ "modelPath": "m", "draftModelPath": "d", "contextSize": 256, "threads": 2 })).unwrap();
         assert_eq!(o.draft_model_path.as_deref(), Some("d"));
         assert_eq!((o.context_size, o.threads), (256, 2));
+        assert_eq!(o.self_check_cache, None);
+        let o = parse_engine_options(&json!({ "modelPath": "m", "selfCheckCache": "/tmp/c.bin" })).unwrap();
+        assert_eq!(o.self_check_cache.as_deref(), Some("/tmp/c.bin"));
+        assert_eq!(parse_engine_options(&json!({ "modelPath": "m", "selfCheckCache": false })).unwrap().self_check_cache, None);
     }
 
     #[test]
@@ -228,6 +240,8 @@ mod tests {
             (json!({ "modelPath": "m", "loras": {} }), "loras"),
             (json!({ "modelPath": "m", "loras": [{}] }), "loras[0].path"),
             (json!({ "modelPath": "m", "loras": [{ "path": "a", "scale": 1e9 }] }), "loras[0].scale"),
+            (json!({ "modelPath": "m", "selfCheckCache": true }), "selfCheckCache"),
+            (json!({ "modelPath": "m", "selfCheckCache": "" }), "selfCheckCache"),
         ] {
             let e = parse_engine_options(&v).unwrap_err();
             assert!(e.message.starts_with(field), "{v}: {}", e.message);

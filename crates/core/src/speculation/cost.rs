@@ -24,7 +24,7 @@
 /// its ratio to the cost of one token, measured when both were fresh, and
 /// follows the one-token cost, which plain decoding re-measures every step:
 /// the machine's drift moves every size together.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BatchCost {
     /// A batch of one (ms), running average.
     t1: Option<f64>,
@@ -48,6 +48,16 @@ impl BatchCost {
 
     pub fn max(&self) -> usize {
         self.ms.len() - 1
+    }
+
+    /// Whether costs read from a file are usable: sizes 1..=`max_len` on
+    /// both lists alike, every value a positive finite number.
+    pub fn is_sane(&self, max_len: usize) -> bool {
+        let ok = |v: &Option<f64>| v.is_none_or(|x| x.is_finite() && x > 0.0);
+        (2..=max_len + 1).contains(&self.ms.len())
+            && self.ratio.len() == self.ms.len()
+            && ok(&self.t1)
+            && self.ratio.iter().chain(&self.ms).all(ok)
     }
 
     /// Records a measured decode of `n` tokens.

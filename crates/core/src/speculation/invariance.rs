@@ -13,6 +13,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// Batch sizes the self-check decodes, in order. 2 is where llamafile,
 /// repacked and AMX kernels take over from `vec_dot`; 8 where the tiled
 /// K-quant path does; 16 and 33 are its narrow and wide paths (16 rows is
@@ -32,7 +34,7 @@ pub fn first_difference(alone: &[f32], batched: &[f32]) -> Option<(usize, f32, f
 }
 
 /// Where a batched row first differed from the same row decoded alone.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mismatch {
     pub batch: usize,
     pub row: usize,
@@ -42,7 +44,7 @@ pub struct Mismatch {
 }
 
 /// What the self-check did and found.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InvarianceCheck {
     /// Batch sizes compared so far, all identical.
     pub sizes: Vec<usize>,
@@ -68,9 +70,13 @@ pub struct InvarianceCheck {
     pub kernels: String,
     /// Time the whole calibration took (ms), batch costs included.
     pub ms: f64,
-    /// The verdict of an earlier load in this process of the same model
-    /// with the same settings (a check that held is not run again).
+    /// The verdict of an earlier load of the same model with the same
+    /// settings (a check that held is not run again): in this process, or
+    /// kept in the file `kept_in` names (`cache::verdicts`).
+    #[serde(default, skip_serializing)]
     pub reused: bool,
+    #[serde(default, skip_serializing)]
+    pub kept_in: Option<String>,
 }
 
 impl InvarianceCheck {
@@ -163,7 +169,12 @@ impl fmt::Display for InvarianceCheck {
             write!(
                 f,
                 "identical alone and in batches of {sizes}{mixed}{attention}{matmul}{elsewhere}{kernels} ({}calibration took {:.0} ms)",
-                if self.reused { "checked at an earlier load of this model with these settings in this process, whose " } else { "" },
+                match (&self.kept_in, self.reused) {
+                    (Some(file), _) =>
+                        format!("checked at an earlier load of this model with these settings on this machine, kept in {file}, whose "),
+                    (None, true) => "checked at an earlier load of this model with these settings in this process, whose ".to_string(),
+                    (None, false) => String::new(),
+                },
                 self.ms
             )
         }

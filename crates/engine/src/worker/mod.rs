@@ -16,7 +16,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 
-use super::calibrate::{calibrate, calibration_tokens, Limits};
+use super::calibrate::{calibrate, calibration_tokens, earlier_verdict, keep_verdict, Limits};
 use super::compile::CompileThread;
 use super::draft_model::DraftContext;
 use super::embed::{EmbedJob, Embedder};
@@ -180,9 +180,11 @@ impl<'m> Worker<'m> {
         let limits = Limits { n_ctx: worker.n_ctx, n_batch, n_seq: parallel, threads: opts.threads.max(1) as usize };
         // Everything the verdict depends on: the model file, its adapters,
         // the context's shape, the threads, what computes, the fast kernels
-        // on (an environment setting can change them).
+        // on (an environment setting can change them), the build. Without a
+        // fingerprint or a build, no earlier verdict can be known to apply.
+        let build = crate::ggml_setup::build_id();
         let key = format!(
-            "{}|{:?}|{}|{}|{}|{}|{}|{:?}|{}",
+            "{}|{:?}|{}|{}|{}|{}|{}|{:?}|{}|{}",
             info.fingerprint,
             info.loras,
             limits.n_ctx,
@@ -191,16 +193,21 @@ impl<'m> Worker<'m> {
             limits.threads,
             info.compute_id,
             models.weight_types,
-            crate::ggml_setup::fast_kernels()
+            crate::ggml_setup::fast_kernels(),
+            build
         );
-        worker.invariance = match checked(&key, &info.fingerprint) {
+        let known = !info.fingerprint.is_empty() && !build.is_empty();
+        let file = opts.self_check_cache.as_deref().map(std::path::Path::new);
+        worker.invariance = match if known { earlier_verdict(&key, file) } else { None } {
             Some((check, costs)) => {
                 worker.costs = costs;
                 check
             }
             None => {
                 let check = calibrate(&mut worker.ctx, &mut worker.batch, &models.target, &models.weight_types, limits, &mut worker.costs);
-                remember(&key, &info.fingerprint, &check, &worker.costs);
+                if known {
+                    keep_verdict(&key, &check, &worker.costs, file);
+                }
                 check
             }
         };
@@ -344,34 +351,4 @@ pub fn aborted_before_start(req: &CompletionRequest, info: &ModelInfo, batch_inv
         completion_probabilities: (req.n_probs > 0).then(Vec::new),
         ..Default::default()
     }
-}
-
-/// Self-checks that held, by model file, adapters and context settings,
-/// with the batch costs measured with them: an engine loaded again in this
-/// process with the same ones (a server reloading, a test suite) reuses the
-/// verdict instead of decoding the same batches again. The verdict is a
-/// fact of this binary on this CPU for those inputs; a check that failed is
-/// run again at every load.
-static CHECKED: Mutex<Vec<(String, InvarianceCheck, BatchCost)>> = Mutex::new(Vec::new());
-/// Verdicts kept (the oldest forgotten first).
-const CHECKED_MAX: usize = 16;
-
-fn checked(key: &str, fingerprint: &str) -> Option<(InvarianceCheck, BatchCost)> {
-    if fingerprint.is_empty() {
-        return None;
-    }
-    let done = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
-    let (_, check, costs) = done.iter().find(|(k, _, _)| k == key)?;
-    Some((InvarianceCheck { reused: true, ..check.clone() }, costs.clone()))
-}
-
-fn remember(key: &str, fingerprint: &str, check: &InvarianceCheck, costs: &BatchCost) {
-    if fingerprint.is_empty() || !check.holds() {
-        return;
-    }
-    let mut done = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
-    if done.len() >= CHECKED_MAX {
-        done.remove(0);
-    }
-    done.push((key.to_owned(), check.clone(), costs.clone()));
 }
