@@ -328,20 +328,25 @@ describe('sessions on disk', () => {
       const { LlamaEngine } = require(${JSON.stringify(ROOT)});
       (async () => {
         const e = await LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, contextSize: 2048, threads: 2, parallel: 2, promptCacheMB: 0 });
-        const codes = {};
+        const codes = {}, byKind = [{}, {}, {}, {}];
         for (const f of fs.readdirSync(${JSON.stringify(fuzzDir)}).sort()) {
           const code = await e.loadSession(path.join(${JSON.stringify(fuzzDir)}, f)).then(() => 'loaded', (err) => err.code);
           codes[code] = (codes[code] || 0) + 1;
+          const kind = byKind[parseInt(f, 10) % 4];
+          kind[code] = (kind[code] || 0) + 1;
         }
         const after = await e.complete({ prompt: 'The sky is', n_predict: 4, temperature: 0 });
         await e.dispose();
-        console.log(JSON.stringify({ codes, after: after.content }));
+        console.log(JSON.stringify({ codes, byKind, after: after.content }));
       })();`
     const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { timeout: CHILD_TIMEOUT }).toString().trim().split('\n').at(-1))
     const { loaded = 0, INVALID_SESSION: invalid = 0, ...others } = out.codes
     expect(others).toEqual({})
     expect(loaded + invalid).toBe(count)
-    expect(invalid).toBeGreaterThan(count / 2)
+    // Cut files and flips under the checksum: every one refused. Changes
+    // with the checksum recomputed meet the structure checks and llama.cpp
+    // (most land in the cells' values, which load): either way, no crash.
+    expect(out.byKind.slice(0, 2)).toEqual([{ INVALID_SESSION: count / 4 }, { INVALID_SESSION: count / 4 }])
     expect(out.after.length).toBeGreaterThan(0)
   }, CHILD_TIMEOUT + 120_000)
 })
