@@ -1,6 +1,7 @@
 // The engine's own lists — request fields and error codes, exported by the
-// addon — are checked against index.d.ts and the README, and the README's
-// API table against the runtime class, so none of them can drift apart.
+// addon — are checked against index.d.ts and the API reference
+// (docs/api.md), and its member table against the runtime class, so none of
+// them can drift apart.
 const fs = require('node:fs')
 const path = require('node:path')
 const { LlamaEngine, requestFields, errorCodes, drafters } = require('..')
@@ -9,7 +10,8 @@ const { loadNative } = require('../lib/addon/loader.js')
 const root = path.join(__dirname, '..')
 const dts = fs.readFileSync(path.join(root, 'index.d.ts'), 'utf8')
 const bindingDts = fs.readFileSync(path.join(root, 'binding.d.ts'), 'utf8')
-const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8')
+// The API reference (docs/api.md; the README sums it up and links to it).
+const reference = fs.readFileSync(path.join(root, 'docs', 'api.md'), 'utf8')
 
 /** The body of `export interface NAME { … }` in index.d.ts. */
 function iface(name) {
@@ -25,11 +27,11 @@ function declaredMethods() {
   return [...cls.matchAll(/^\s+(static\s+)?(\w+)\(/gm)].map((m) => ({ name: m[2], isStatic: Boolean(m[1]) })).filter((m) => m.name !== 'constructor')
 }
 
-/** The rows of the README table that follows `heading`: first-column cells. */
+/** The rows of the reference's table that follows `heading`: first-column cells. */
 function tableAfter(heading) {
-  const at = readme.indexOf(heading)
+  const at = reference.indexOf(heading)
   expect(at).toBeGreaterThanOrEqual(0)
-  const lines = readme.slice(at).split('\n').slice(1)
+  const lines = reference.slice(at).split('\n').slice(1)
   const start = lines.findIndex((l) => l.startsWith('|'))
   const rows = []
   for (const line of lines.slice(start + 2)) {
@@ -42,7 +44,7 @@ function tableAfter(heading) {
 /** Field names in a first-column cell such as "`top_k`, `top_p`". */
 const namesIn = (cells) => cells.flatMap((c) => [...c.matchAll(/`(\w+)`/g)].map((m) => m[1]))
 
-test('every LlamaEngine member in index.d.ts exists and is in the README API table', () => {
+test('every LlamaEngine member in index.d.ts exists and is in the API reference', () => {
   const methods = declaredMethods()
   expect(methods.map((m) => m.name)).toEqual(
     expect.arrayContaining(['load', 'tokenize', 'detokenize', 'complete', 'stream', 'cancel', 'status', 'saveNgramCache', 'dispose']),
@@ -51,17 +53,17 @@ test('every LlamaEngine member in index.d.ts exists and is in the README API tab
     const target = isStatic ? LlamaEngine : LlamaEngine.prototype
     expect({ name, type: typeof target[name] }).toEqual({ name, type: 'function' })
     const row = isStatic ? `| \`LlamaEngine.${name}(` : `| \`${name}(`
-    expect({ name, documented: readme.includes(row) }).toEqual({ name, documented: true })
+    expect({ name, documented: reference.includes(row) }).toEqual({ name, documented: true })
   }
 })
 
-test('the request fields of index.d.ts and of the README tables are the engine’s own list', () => {
+test('the request fields of index.d.ts and of the reference’s tables are the engine’s own list', () => {
   const engine = requestFields.map((f) => f.name).sort()
   expect(members(iface('CompletionRequest')).sort()).toEqual(engine)
-  expect(namesIn(tableAfter('### Request fields')).sort()).toEqual(engine)
+  expect(namesIn(tableAfter('## Request fields')).sort()).toEqual(engine)
   const spec = requestFields.find((f) => f.name === 'speculative').fields.map((f) => f.name).sort()
   expect(members(iface('SpeculativeOptions')).sort()).toEqual(spec)
-  expect(namesIn(tableAfter('### `speculative`')).sort()).toEqual(spec)
+  expect(namesIn(tableAfter('## `speculative`')).sort()).toEqual(spec)
 })
 
 test('every field has a documented kind, and ranges where it is a number', () => {
@@ -113,10 +115,10 @@ test('EngineStatus of index.d.ts is what status() returns', async () => {
   }
 })
 
-test('the error codes of index.d.ts and of the README table are the engine’s own list', () => {
+test('the error codes of index.d.ts and of the reference’s table are the engine’s own list', () => {
   const union = /export type ErrorCode = ([^\n]+)/.exec(dts)[1]
   expect([...union.matchAll(/'(\w+)'/g)].map((m) => m[1])).toEqual([...errorCodes])
-  expect(namesIn(tableAfter('### Errors'))).toEqual([...errorCodes])
+  expect(namesIn(tableAfter('## Errors'))).toEqual([...errorCodes])
 })
 
 test('binding.d.ts declares everything the native addon exports', () => {
