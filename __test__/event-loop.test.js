@@ -1,7 +1,7 @@
 // No request waits on another's synchronous work: 5 MB bodies to /tokenize,
 // /v1/messages/count_tokens and chat are parsed, rendered and tokenized off
 // the event loop and off the engine thread, so a neighbour's stream keeps
-// its pace (no gap over max(250 ms, 3 × its median gap)); and the
+// its pace (no gap over max(1 s, 6 × its median gap)); and the
 // library's own calls with huge inputs leave the caller's event loop free.
 
 const path = require('node:path')
@@ -107,10 +107,11 @@ describe('no request waits on another', () => {
     const during = gaps.filter(([at]) => at >= t0 - 1 && at <= t1).map(([, g]) => g)
     const worst = Math.max(...during)
     expect(during.length).toBeGreaterThan(5)
-    // A freeze (seconds, before prepared text and time-budgeted prefill)
-    // against the scheduling noise of a busy 2-core machine (single gaps of
-    // ~300 ms were seen with everything working).
-    const limit = Math.max(500, 4 * median)
+    // A freeze (1.6-2.2 s, before prepared text and time-budgeted prefill)
+    // against the scheduling noise of a busy 2-core machine: with
+    // everything working, single gaps of ~300 ms natively and up to ~800 ms
+    // on the prebuilt package (ggml's own thread pool) were seen.
+    const limit = Math.max(1000, 6 * median)
     expect({ worst: Math.round(worst), median: Math.round(median), within: worst <= limit }).toEqual({ worst: Math.round(worst), median: Math.round(median), within: true })
   }, 120_000)
 
