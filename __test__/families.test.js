@@ -261,6 +261,11 @@ describe.each(CONSTRAINED)('a required call with %s', (file, family) => {
       expect(call.function.name).toBe('get_weather')
       expect(typeof JSON.parse(call.function.arguments).city).toBe('string')
     }
+    // Reasoning left in the content changes how the answer is read, not
+    // what is forced (llama.cpp's grammar for it had no thinking block).
+    const none = await engine.complete({ ...ask, tools: [weatherTool], tool_choice: 'required', reasoning_format: 'none' })
+    expect(none.speculative.drafters.grammar.n_drafted).toBeGreaterThan(0)
+    expect(none.tool_calls.map((c) => c.function)).toEqual(forced.tool_calls.map((c) => c.function))
   })
 
   test('cut by the token limit: stopped_limit, the call as far as the model wrote it, the deltas the same', async () => {

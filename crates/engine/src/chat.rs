@@ -370,8 +370,21 @@ impl Native {
         markers.extend(derived.grammar_triggers.iter().map(|t| t.value.clone()));
         markers.retain(|m| !m.is_empty());
         let stops = derived.additional_stops.clone();
+        // The call grammar is how the answer is written, whatever reading
+        // of reasoning is asked for: derived with reasoning read apart.
+        // (Derived for `reasoning_format: none`, llama.cpp's grammar has no
+        // thinking block, though the generation prompt may have opened and
+        // closed one; forced from that prompt, it could not be followed and
+        // the call was not forced at all.)
+        let for_grammar = if choice == "required" && options.reasoning_format != ReasoningFormat::Auto {
+            let mut auto = inputs.clone();
+            auto["reasoning_format"] = json!("auto");
+            chat_native::derive(&self.source, &self.bos, &self.eos, &auto).map_err(fail)?
+        } else {
+            derived.clone()
+        };
         // A lazy grammar waits for a trigger (tool_choice auto): not forced.
-        let call_gbnf = if choice == "required" && !derived.grammar_lazy { derived.grammar.clone() } else { String::new() };
+        let call_gbnf = if choice == "required" && !for_grammar.grammar_lazy { for_grammar.grammar.clone() } else { String::new() };
         // A tag-delimited value ends at its first closing tag, as the call
         // grammar ends it (core::chat::closing).
         let closers = value_closers(&derived.grammar);
@@ -380,7 +393,7 @@ impl Native {
             markers,
             stops,
             call_gbnf,
-            generation_prompt: derived.generation_prompt.clone(),
+            generation_prompt: for_grammar.generation_prompt.clone(),
             thinking: match (derived.thinking_start_tag.as_str(), derived.thinking_end_tags.first()) {
                 (start, Some(end)) if !start.is_empty() && !end.is_empty() => Some((start.to_string(), end.clone())),
                 _ => None,
