@@ -318,8 +318,14 @@ impl OutputParser {
                         self.state = State::Gap;
                         return d;
                     }
-                    if close.starts_with(trimmed) && !at_end {
-                        self.state = State::AfterCall;
+                    if close.starts_with(trimmed) {
+                        if at_end {
+                            // A closer cut by the end: markup, not content.
+                            self.held.clear();
+                            self.state = State::Gap;
+                        } else {
+                            self.state = State::AfterCall;
+                        }
                         return d;
                     }
                 }
@@ -697,6 +703,15 @@ mod tests {
             let call = &p.calls()[0];
             assert_eq!((call.name.as_str(), call.arguments.as_str()), ("w", "{\"city\": \"Par"));
             assert_eq!(assemble(&deltas), vec![(call.id.clone(), call.name.clone(), call.arguments.clone())]);
+        }
+    }
+
+    #[test]
+    fn a_closer_cut_by_the_end_is_not_content() {
+        for cut in ["<", "</tool", "</tool_call"] {
+            let mut p = parser(Family::Hermes, None, ReasoningStart::None);
+            run(&mut p, &format!("<tool_call>\n{{\"name\": \"w\", \"arguments\": {{}}}}\n{cut}"), 3);
+            assert_eq!((p.content(), p.calls().len()), ("", 1), "{cut:?}");
         }
     }
 
