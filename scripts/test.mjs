@@ -2,7 +2,10 @@
 // addon, the fixtures), then runs the decoding core's tests (cargo, no Node)
 // and the public API's (Jest, on the real models). `--full` runs every
 // matrix in full (all quantization types, prompts and seeds, the
-// chi-square runs): what CI runs. Extra arguments go to Jest.
+// chi-square runs): what CI runs. `npm run test:real` runs the real-model
+// suites instead (__test__/real/*.real.js and the agent clients on
+// Qwen2.5-Coder-1.5B-Instruct; `npm run models -- --real` fetches them, and
+// this does when they are missing). Extra arguments go to Jest.
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -12,21 +15,28 @@ import { root } from './native.mjs'
 
 const args = process.argv.slice(2)
 const full = args.includes('--full')
-const jestArgs = args.filter((a) => a !== '--full')
+const real = args.includes('--real')
+const jestArgs = args.filter((a) => a !== '--full' && a !== '--real')
+const REAL_CLIENTS_MODEL = join(process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models'), 'Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf')
 
 function run(cmd, argv, env = {}) {
   const r = spawnSync(cmd, argv, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } })
   if (r.status !== 0) process.exit(r.status ?? 1)
 }
 
-ensureReady()
-run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
+ensureReady({ real })
+if (!real) run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
 // The self-check's verdicts kept across the run's processes, in a directory
 // of its own: each run starts from none (what the user's cache holds does
 // not change what the suites see).
 const cache = process.env.LLAMA_ENGINE_CACHE_DIR ? null : mkdtempSync(join(tmpdir(), 'llama-engine-test-cache-'))
-const env = { ...(full ? { LLAMA_ENGINE_TEST_FULL: '1' } : {}), ...(cache ? { LLAMA_ENGINE_CACHE_DIR: cache } : {}) }
-const jest = spawnSync(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...jestArgs], {
+const env = {
+  ...(full ? { LLAMA_ENGINE_TEST_FULL: '1' } : {}),
+  ...(cache ? { LLAMA_ENGINE_CACHE_DIR: cache } : {}),
+  ...(real ? { LLAMA_ENGINE_CLIENTS_MODEL: process.env.LLAMA_ENGINE_CLIENTS_MODEL || REAL_CLIENTS_MODEL } : {}),
+}
+const select = real ? ['--testMatch', '**/__test__/real/**/*.real.js', '**/__test__/clients.test.js'] : []
+const jest = spawnSync(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...select, ...jestArgs], {
   cwd: root,
   stdio: 'inherit',
   env: { ...process.env, ...env },
