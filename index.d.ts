@@ -326,6 +326,16 @@ export interface CompletionRequest {
    * rendered text is tokenised with special tokens parsed and no second BOS.
    */
   messages?: ChatMessage[]
+  /**
+   * Fill-in-the-middle (see `infill()`): the text before the gap. With
+   * `input_suffix`, the prompt is built from the model's FIM tokens as
+   * llama.cpp's `/infill` builds it; `prompt`, when given, is appended to it.
+   */
+  input_prefix?: string
+  /** Fill-in-the-middle: the text after the gap. */
+  input_suffix?: string
+  /** Fill-in-the-middle: other files of the project, put before the prefix (a missing `filename` is `"tmp"`). */
+  input_extra?: { filename?: string; text: string }[]
   /** Tokens to generate; -1 (default) = until end of generation or a full context. */
   n_predict?: number
   /** Default 0.8; <= 0 means greedy. */
@@ -658,6 +668,20 @@ export declare class LlamaEngine {
     signal?: AbortSignal | null,
   ): Promise<CompletionResult>
   stream(request: CompletionRequest | string, signal?: AbortSignal | null): AsyncIterableIterator<CompletionEvent>
+  /**
+   * Fill-in-the-middle: completes the gap between `input_prefix` and
+   * `input_suffix` (both required) with the model's FIM tokens, as
+   * llama.cpp's `/infill`: repo-level context from `input_extra` where the
+   * vocabulary has file-separator tokens. A model without FIM tokens
+   * rejects with `INVALID_REQUEST` naming `input_prefix`. Every other
+   * request field applies; the suffix and extra files are in the prompt, so
+   * the n-gram drafters draft from them.
+   */
+  infill(
+    request: CompletionRequest & { input_prefix: string; input_suffix: string },
+    onEvent?: ((event: CompletionEvent) => void) | null,
+    signal?: AbortSignal | null,
+  ): Promise<CompletionResult>
   /** Stops every request that is running now (queued ones stay queued). */
   cancel(): void
   status(): EngineStatus

@@ -306,6 +306,23 @@ class LlamaEngine {
   }
 
   /**
+   * Fill-in-the-middle: `complete()` with `input_prefix` and `input_suffix`
+   * required (the engine frames them with the model's FIM tokens).
+   */
+  infill(request, onEvent, signal) {
+    if (request === null || typeof request !== 'object' || Array.isArray(request)) {
+      return Promise.reject(engineError('INVALID_REQUEST', 'request: expected an object { input_prefix, input_suffix, … }'))
+    }
+    for (const field of ['input_prefix', 'input_suffix']) {
+      if (typeof request[field] !== 'string') {
+        const got = request[field] === undefined ? 'nothing' : typeof request[field]
+        return Promise.reject(engineError('INVALID_REQUEST', `${field}: required, a string (got ${got})`))
+      }
+    }
+    return this.complete(request, onEvent, signal)
+  }
+
+  /**
    * Saves the KV cells of a conversation (`{ messages, tools?, tool_choice?,
    * parallel_tool_calls?, chat_template_kwargs? }`) or a `{ prompt }` to
    * `path`, atomically. The conversation is evaluated as its next request

@@ -158,6 +158,21 @@ const completion = {
   }),
 }
 
+/**
+ * POST /infill: llama.cpp's fill-in-the-middle (`input_prefix`,
+ * `input_suffix`, `input_extra`, `prompt`, the usual fields); answered and
+ * streamed as /completion is.
+ */
+const infill = {
+  ...completion,
+  toEngine: ({ stream, ...request }) => {
+    for (const field of ['input_prefix', 'input_suffix']) {
+      if (request[field] == null) throw invalid(field, 'required (fill-in-the-middle: the text before and after the gap)')
+    }
+    return { request }
+  },
+}
+
 async function tokenize(ctx) {
   const body = await ctx.body()
   if (typeof body.content !== 'string') throw invalid('content', 'expected a string')
@@ -181,6 +196,7 @@ module.exports = {
   routes: {
     'POST /completion': completion,
     'POST /completions': completion,
+    'POST /infill': infill,
     'POST /tokenize': tokenize,
     'POST /detokenize': detokenize,
     'GET /props': props,

@@ -56,8 +56,16 @@ function completionRequest(body) {
     throw invalid('prompt', 'expected a string or an array of token ids')
   }
   if (body.echo === true) throw invalid('echo', 'not supported')
-  if (body.suffix != null) throw invalid('suffix', 'not supported')
   if (body.best_of != null && body.best_of !== 1) throw invalid('best_of', 'only 1 is supported')
+  if (body.suffix != null) {
+    // Fill-in-the-middle (OpenAI's insert mode): the prompt is the text
+    // before the gap, the suffix the text after it, framed by the model's
+    // FIM tokens as POST /infill frames them.
+    if (typeof body.suffix !== 'string') throw invalid('suffix', 'expected a string')
+    if (typeof prompt !== 'string') throw invalid('prompt', 'with suffix, expected a string (the text before the gap)')
+    const { prompt: _, ...rest } = commonFields(body)
+    return { ...rest, input_prefix: prompt, input_suffix: body.suffix }
+  }
   return { prompt, ...commonFields(body) }
 }
 

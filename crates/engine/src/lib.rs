@@ -250,7 +250,7 @@ impl Engine {
 
     /// A prepared request's prompt as tokens.
     fn tokenize_request(&self, request: &CompletionRequest) -> Result<Vec<LlamaToken>> {
-        model::tokenize_prompt(&*self.model()?, request)
+        model::tokenize_prompt(&*self.model()?, request, &self.info)
     }
 
     fn model(&self) -> Result<Arc<LlamaModel>> {

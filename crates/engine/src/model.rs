@@ -17,6 +17,7 @@ use llama_engine_core::chat::ChatTemplate;
 use llama_engine_core::embed::Pooling;
 use llama_engine_core::error::{EngineError, ErrorCode, Result};
 use llama_engine_core::gguf;
+use llama_engine_core::request::infill::{infill_tokens, FimTokens, Infill, InfillBudget};
 pub use llama_engine_core::request::options::EngineOptions;
 use llama_engine_core::request::{CompletionRequest, PromptPart};
 
@@ -167,8 +168,12 @@ pub fn tokenize_chat(model: &LlamaModel, text: &str) -> Vec<LlamaToken> {
 
 /// A request's prompt as tokens. Like the legacy server: BOS (when the
 /// model wants one) only before a leading string; token ids are taken as
-/// given; a rendered chat prompt through `tokenize_chat`.
-pub fn tokenize_prompt(model: &LlamaModel, req: &CompletionRequest) -> Result<Vec<LlamaToken>> {
+/// given; a rendered chat prompt through `tokenize_chat`; a fill-in-the-
+/// middle request as llama.cpp's `/infill` builds it (`core::request::infill`).
+pub fn tokenize_prompt(model: &LlamaModel, req: &CompletionRequest, info: &ModelInfo) -> Result<Vec<LlamaToken>> {
+    if let Some(infill) = &req.infill {
+        return infill_prompt(model, req, infill, info);
+    }
     let vocab = model.vocab();
     let mut tokens = Vec::new();
     for (i, part) in req.prompt.iter().enumerate() {
@@ -182,6 +187,36 @@ pub fn tokenize_prompt(model: &LlamaModel, req: &CompletionRequest) -> Result<Ve
         return Err(EngineError::invalid("prompt", "is empty and the model adds no BOS token: give at least one token"));
     }
     Ok(tokens)
+}
+
+/// The model's fill-in-the-middle tokens, when its vocabulary has the
+/// prefix, suffix and middle ones (llama.cpp finds them in the GGUF's
+/// metadata or by their usual texts: `<|fim_prefix|>`, `<fim_prefix>`, `<PRE>`…).
+pub fn fim_tokens(model: &LlamaModel) -> Option<FimTokens> {
+    let vocab = model.vocab();
+    let some = |t: LlamaToken| (t.0 >= 0 && t.0 < model.n_vocab()).then_some(t.0);
+    Some(FimTokens {
+        pre: some(vocab.fim_pre())?,
+        suf: some(vocab.fim_suf())?,
+        mid: some(vocab.fim_mid())?,
+        rep: some(vocab.fim_rep()),
+        sep: some(vocab.fim_sep()),
+        bos: if vocab.should_add_bos() { some(vocab.bos()) } else { None },
+    })
+}
+
+fn infill_prompt(model: &LlamaModel, req: &CompletionRequest, infill: &Infill, info: &ModelInfo) -> Result<Vec<LlamaToken>> {
+    let fim = fim_tokens(model).ok_or_else(|| {
+        EngineError::invalid(
+            "input_prefix",
+            format!("{} has no fill-in-the-middle tokens (prefix, suffix and middle): use a code model trained for it", info.name),
+        )
+    })?;
+    let vocab = model.vocab();
+    let tokenize =
+        |text: &str, special: bool| -> Vec<i32> { vocab.tokenize(text.as_bytes(), false, special).into_iter().map(|t| t.0).collect() };
+    let budget = InfillBudget { n_ctx: info.n_ctx as usize, n_batch: info.n_batch as usize, n_predict: req.n_predict };
+    Ok(infill_tokens(&fim, infill, &req.prompt, budget, &tokenize).into_iter().map(LlamaToken).collect())
 }
 
 /// The texts of the model's BOS and EOS tokens.

@@ -136,6 +136,19 @@ pub const PROMPT: Field = Field::new(
 );
 pub const MESSAGES: Field =
     Field::new("messages", Kind::Other("ChatMessage[]"), "", "chat messages, rendered with the model's chat template");
+pub const INPUT_PREFIX: Field = Field::new(
+    "input_prefix",
+    Kind::Text,
+    "",
+    "fill-in-the-middle: the text before the gap (with input_suffix; the model's FIM tokens frame them, prompt is appended to it)",
+);
+pub const INPUT_SUFFIX: Field = Field::new("input_suffix", Kind::Text, "", "fill-in-the-middle: the text after the gap");
+pub const INPUT_EXTRA: Field = Field::new(
+    "input_extra",
+    Kind::Other("{ filename?: string; text: string }[]"),
+    "[]",
+    "fill-in-the-middle: other files of the project, put before the prefix",
+);
 pub const N_PREDICT: Field = Field::new(
     "n_predict",
     Kind::Int { min: -1, max: I32_MAX },
@@ -274,6 +287,9 @@ pub const SPECULATIVE: Field = Field::new("speculative", Kind::Object(SPECULATIV
 pub const REQUEST_FIELDS: &[Field] = &[
     PROMPT,
     MESSAGES,
+    INPUT_PREFIX,
+    INPUT_SUFFIX,
+    INPUT_EXTRA,
     N_PREDICT,
     TEMPERATURE,
     TOP_K,

@@ -9,6 +9,7 @@ pub mod fields;
 #[cfg(test)]
 mod fuzz;
 pub mod gbnf;
+pub mod infill;
 pub mod options;
 pub mod parse;
 pub mod prompt;
@@ -154,6 +155,9 @@ pub struct CompletionRequest {
     pub prompt: Vec<PromptPart>,
     /// Chat messages (exactly one of `prompt` and `messages` is given).
     pub messages: Option<Vec<ChatMessage>>,
+    /// Fill-in-the-middle: the prompt is built from these with the model's
+    /// FIM tokens (`infill`), `prompt` appended to the prefix.
+    pub infill: Option<infill::Infill>,
     /// `-1` = until end of generation or context.
     pub n_predict: i32,
     /// `-1` = keep the whole prompt when the context is shifted.
@@ -206,6 +210,7 @@ impl Default for CompletionRequest {
         CompletionRequest {
             prompt: Vec::new(),
             messages: None,
+            infill: None,
             n_predict: -1,
             n_keep: 0,
             stop: Vec::new(),

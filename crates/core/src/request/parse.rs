@@ -11,6 +11,7 @@ use serde_json::{Map, Number, Value};
 
 use super::fields::*;
 use super::gbnf::check_gbnf;
+use super::infill::Infill;
 use super::{CompletionRequest, PromptPart, RequestLimits, SamplingParams, SpecMode, SpeculativeParams, MAX_LORAS, MAX_LORA_SCALE};
 use crate::chat::parse_messages;
 use crate::chat::tools::{parse_chat_options, ResponseFormat};
@@ -33,9 +34,12 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
     let f = Fields { map, prefix: "" };
     let d = CompletionRequest::default();
 
+    let infill = parse_infill(&f)?;
     let (prompt, messages) = match (f.get(&PROMPT), f.get(&MESSAGES)) {
         (Some(_), Some(_)) => return Err(f.err(&MESSAGES, "give either prompt or messages, not both")),
+        (_, Some(_)) if infill.is_some() => return Err(f.err(&MESSAGES, "fill-in-the-middle (input_prefix) takes a prompt, not messages")),
         (None, Some(m)) => (Vec::new(), Some(parse_messages(m, "messages")?)),
+        (None, None) if infill.is_some() => (Vec::new(), None),
         (p, None) => (parse_prompt(p, limits.n_vocab)?, None),
     };
     let grammar = f.string(&GRAMMAR)?.filter(|g| !g.is_empty()).map(str::to_owned);
@@ -72,6 +76,7 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
     Ok(CompletionRequest {
         prompt,
         messages,
+        infill,
         n_predict: f.int(&N_PREDICT)?.unwrap_or(d.n_predict),
         n_keep: f.int(&N_KEEP)?.unwrap_or(d.n_keep),
         stop: parse_stop(f.get(&STOP))?,
@@ -85,6 +90,56 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         speculative: parse_speculative(f.get(&SPECULATIVE))?,
         lora: parse_lora(f.get(&LORA))?,
     })
+}
+
+/// Most files `input_extra` may list, and the longest file name.
+pub(super) const MAX_INFILL_EXTRA: usize = 1024;
+pub(super) const MAX_FILENAME_BYTES: usize = 4096;
+
+/// `input_prefix`, `input_suffix` and `input_extra`: a fill-in-the-middle
+/// request gives the first two (llama.cpp's /infill requires both); their
+/// text counts toward the prompt's bound with the prompt's own.
+fn parse_infill(f: &Fields<'_>) -> Result<Option<Infill>> {
+    let prefix = f.string(&INPUT_PREFIX)?;
+    let suffix = f.string(&INPUT_SUFFIX)?;
+    let extra = f.get(&INPUT_EXTRA);
+    let (prefix, suffix) = match (prefix, suffix) {
+        (None, None) if extra.is_none() => return Ok(None),
+        (Some(p), Some(s)) => (p, s),
+        (None, _) => return Err(f.err(&INPUT_PREFIX, "required for fill-in-the-middle (with input_suffix)")),
+        (_, None) => return Err(f.err(&INPUT_SUFFIX, "required for fill-in-the-middle (with input_prefix)")),
+    };
+    let mut bytes = prefix.len() + suffix.len();
+    let items = match extra {
+        None => &Vec::new(),
+        Some(Value::Array(items)) => items,
+        Some(other) => return Err(f.err(&INPUT_EXTRA, format!("expected an array of {{ filename, text }}, got {}", type_name(other)))),
+    };
+    if items.len() > MAX_INFILL_EXTRA {
+        return Err(f.err(&INPUT_EXTRA, format!("at most {MAX_INFILL_EXTRA} files are allowed, got {}", items.len())));
+    }
+    let mut files = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = |why: String| EngineError::invalid(&format!("{}[{i}]", INPUT_EXTRA.name), why);
+        let obj = item.as_object().ok_or_else(|| at(format!("expected an object {{ filename, text }}, got {}", type_name(item))))?;
+        let text = match obj.get("text") {
+            Some(Value::String(t)) => t,
+            Some(other) => return Err(at(format!("text: expected a string, got {}", type_name(other)))),
+            None => return Err(at("text: required".into())),
+        };
+        // llama.cpp's default name for a file given without one.
+        let filename = match obj.get("filename") {
+            None | Some(Value::Null) => "tmp",
+            Some(Value::String(n)) if n.len() <= MAX_FILENAME_BYTES => n,
+            Some(Value::String(_)) => return Err(at(format!("filename: at most {MAX_FILENAME_BYTES} bytes"))),
+            Some(other) => return Err(at(format!("filename: expected a string, got {}", type_name(other)))),
+        };
+        bytes += text.len() + filename.len();
+        check_prompt_size(bytes)?;
+        files.push((filename.to_owned(), text.clone()));
+    }
+    check_prompt_size(bytes)?;
+    Ok(Some(Infill { prefix: prefix.to_owned(), suffix: suffix.to_owned(), extra: files }))
 }
 
 /// `[{ id, scale }, …]`: ids unique integers below `MAX_LORAS`, finite

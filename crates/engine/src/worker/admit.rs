@@ -172,7 +172,7 @@ impl<'m> Worker<'m> {
         let drafters = if sampler.supports_speculation() { self.drafters(req)? } else { Vec::new() };
         let mut tokens = match tokens {
             Some(t) => t,
-            None => model::tokenize_prompt(&self.models.target, req)?,
+            None => model::tokenize_prompt(&self.models.target, req, &self.models.info)?,
         };
         let n_given = tokens.len();
         let n_keep = prompt::effective_n_keep(req.n_keep, n_given, self.n_ctx);
