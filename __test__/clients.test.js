@@ -28,12 +28,24 @@ run('real clients, one after another, on one server', () => {
   let server
   let base
   const failures = []
+  const sent = []
   beforeAll(async () => {
     // LLAMA_ENGINE_CLIENTS_MODEL: another model, with its own template (the
     // issue "real models" runs this on Qwen2.5-Coder-1.5B-Instruct).
     const other = process.env.LLAMA_ENGINE_CLIENTS_MODEL
     engine = await LlamaEngine.load({ modelPath: other || TARGET, contextSize: 4096, threads: 2, ...(other ? {} : { chatTemplate: HERMES }), isolation: 'process' })
     server = createServer({ engine, signals: false, modelName: MODEL, onError: (e, r) => failures.push(`${r.status} ${r.method} ${r.path}: ${e.code}: ${e.message}`) })
+    // What the clients sent to /v1/responses (the AI SDK's references to kept items).
+    const serve = server.listeners('request')[0]
+    server.removeAllListeners('request')
+    server.on('request', (req, res) => {
+      if (req.url.startsWith('/v1/responses')) {
+        const chunks = []
+        req.on('data', (c) => chunks.push(c))
+        req.on('end', () => sent.push(Buffer.concat(chunks).toString()))
+      }
+      serve(req, res)
+    })
     base = await listen(server)
   })
   afterAll(async () => {
@@ -62,12 +74,22 @@ run('real clients, one after another, on one server', () => {
       const answer = await client.responses.create({ model: MODEL, input, tools, temperature: 0, max_output_tokens: 24, store: false })
       return [call.name, typeof answer.output_text]
     },
+    'openai responses (previous_response_id)': async () => {
+      const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 })
+      const tools = [{ type: 'function', name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false }, strict: true }]
+      const first = await client.responses.create({ model: MODEL, input: ASK, tools, tool_choice: 'required', parallel_tool_calls: false, temperature: 0, max_output_tokens: 60 })
+      const call = first.output.find((o) => o.type === 'function_call')
+      const output = { type: 'function_call_output', call_id: call.call_id, output: weather(JSON.parse(call.arguments).city) }
+      const answer = await client.responses.create({ model: MODEL, previous_response_id: first.id, input: [output], tools, temperature: 0, max_output_tokens: 24 })
+      return [call.name, typeof answer.output_text]
+    },
     ...Object.fromEntries(
       [
         // (One call a turn: a 135M model allowed several repeats its call until
         // the budget ends, and the SDK does not run calls cut by it.)
         ['AI SDK openai.chat', (p) => p.chat(MODEL), { openai: { parallelToolCalls: false } }],
-        ['AI SDK openai (Responses)', (p) => p(MODEL), { openai: { store: false, parallelToolCalls: false } }],
+        // Its defaults: store true, so the second step sends item references.
+        ['AI SDK openai (Responses)', (p) => p(MODEL), { openai: { parallelToolCalls: false } }],
         ['AI SDK openai-compatible', null, { local: { parallel_tool_calls: false } }],
       ].map(([name, model, providerOptions]) => [
         name,
@@ -93,6 +115,23 @@ run('real clients, one after another, on one server', () => {
         },
       ]),
     ),
+    // Two turns with @ai-sdk/openai's defaults (store: true): the second
+    // sends the first turn's answer as a reference to the kept item.
+    'AI SDK openai (Responses), two turns': async () => {
+      const ai = require('ai')
+      const provider = require('@ai-sdk/openai').createOpenAI({ baseURL: `${base}/v1`, apiKey: 'none' })
+      const cities = []
+      const tools = { get_weather: ai.tool({ description: 'The weather in a city', inputSchema: z.object({ city: z.string() }), execute: async ({ city }) => (cities.push(city), weather(city)) }) }
+      const options = { model: provider(MODEL), temperature: 0, maxOutputTokens: 60, maxRetries: 0, tools, providerOptions: { openai: { parallelToolCalls: false } }, stopWhen: ai.stepCountIs(2) }
+      const step = ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? 'required' : 'none' })
+      const messages = [{ role: 'user', content: ASK }]
+      const first = await ai.generateText({ ...options, messages, prepareStep: step })
+      messages.push(...first.response.messages, { role: 'user', content: 'And in London?' })
+      const before = sent.length
+      const second = await ai.generateText({ ...options, messages, prepareStep: step })
+      const referenced = sent.slice(before).some((body) => body.includes('"item_reference"'))
+      return [cities.length >= 2 && referenced ? 2 : 0, first.steps.length + second.steps.length]
+    },
     ...Object.fromEntries(
       ['responses', 'chat_completions'].map((api) => [
         `Agents SDK (${api})`,

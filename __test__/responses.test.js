@@ -39,7 +39,7 @@ describe('the official openai client', () => {
       n_predict: 24,
     })
     const res = await client.responses.create({ model: MODEL, instructions: 'Answer briefly.', input: 'Name three fruits.', temperature: 0, max_output_tokens: 24 })
-    expect(res).toMatchObject({ object: 'response', model: MODEL, store: false, previous_response_id: null, instructions: 'Answer briefly.' })
+    expect(res).toMatchObject({ object: 'response', model: MODEL, store: true, previous_response_id: null, instructions: 'Answer briefly.' })
     expect(res.id).toMatch(/^resp_/)
     expect(res.output).toHaveLength(1)
     expect(res.output[0]).toMatchObject({ type: 'message', role: 'assistant', content: [{ type: 'output_text', annotations: [] }] })
@@ -151,17 +151,83 @@ describe('the official openai client', () => {
     expect(again.status).toMatch(/completed|incomplete/)
   })
 
-  test('previous_response_id and item_reference are refused with a 400 that says why', async () => {
+  test('kept responses: GET, input_items, DELETE; store: false keeps nothing', async () => {
+    const kept = await client.responses.create({ model: MODEL, input: 'Name a fruit.', temperature: 0, max_output_tokens: 6 })
+    expect(kept.store).toBe(true)
+    expect(await client.responses.retrieve(kept.id)).toEqual(kept)
+    const items = await client.responses.inputItems.list(kept.id)
+    expect(items.data).toEqual([expect.objectContaining({ type: 'message', role: 'user', content: 'Name a fruit.', id: expect.any(String) })])
+    expect(await client.responses.delete(kept.id)).toEqual({ id: kept.id, object: 'response', deleted: true })
+    const gone = await client.responses.retrieve(kept.id).catch((e) => e)
+    expect(gone).toBeInstanceOf(OpenAI.NotFoundError)
+    const again = await fetch(`${base}/v1/responses/${kept.id}`, { method: 'DELETE' })
+    expect(again.status).toBe(404)
+
+    const unkept = await client.responses.create({ model: MODEL, input: 'Name a fruit.', temperature: 0, max_output_tokens: 6, store: false })
+    expect(unkept.store).toBe(false)
+    expect(await client.responses.retrieve(unkept.id).catch((e) => e)).toBeInstanceOf(OpenAI.NotFoundError)
+  })
+
+  test('previous_response_id continues the conversation from its cached KV cells, prefilling only the new input', async () => {
+    const first = await client.responses.create({ model: MODEL, instructions: 'Answer briefly.', input: 'Name three fruits.', temperature: 0, max_output_tokens: 16 })
+    const next = await client.responses.create({ model: MODEL, previous_response_id: first.id, input: 'And three vegetables?', temperature: 0, max_output_tokens: 8 })
+    expect(next.previous_response_id).toBe(first.id)
+    // The same answer as the whole conversation sent again, and the turn before not computed again.
+    const whole = await engine.complete({
+      messages: [
+        { role: 'user', content: 'Name three fruits.' },
+        { role: 'assistant', content: first.output_text },
+        { role: 'user', content: 'And three vegetables?' },
+      ],
+      temperature: 0,
+      n_predict: 8,
+    })
+    expect(next.output_text).toBe(whole.content)
+    expect(next.usage.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(first.usage.input_tokens - 8)
+    // Its input items are the whole conversation: the first input, the first output, the new input.
+    const items = await client.responses.inputItems.list(next.id, { order: 'asc' })
+    expect(items.data.map((i) => i.type + ':' + (i.role ?? ''))).toEqual(['message:user', 'message:assistant', 'message:user'])
+  })
+
+  test('item_reference names a kept item; unknown names are a 400 that says what is kept', async () => {
+    const first = await client.responses.create({ model: MODEL, input: [{ role: 'user', content: ask }], ...callOnce })
+    const call = first.output.find((o) => o.type === 'function_call')
+    expect(call).toBeDefined()
+    const next = await client.responses.create({
+      model: MODEL,
+      input: [{ role: 'user', content: ask }, { type: 'item_reference', id: call.id }, { type: 'function_call_output', call_id: call.call_id, output: 'sunny' }],
+      tools: [WEATHER],
+      temperature: 0,
+      max_output_tokens: 8,
+    })
+    const sent = await client.responses.create({
+      model: MODEL,
+      input: [{ role: 'user', content: ask }, call, { type: 'function_call_output', call_id: call.call_id, output: 'sunny' }],
+      tools: [WEATHER],
+      temperature: 0,
+      max_output_tokens: 8,
+    })
+    expect(next.output_text).toBe(sent.output_text)
+
     const prev = await client.responses.create({ model: MODEL, input: 'Hi', previous_response_id: 'resp_123', max_output_tokens: 4 }).catch((e) => e)
     expect(prev).toBeInstanceOf(OpenAI.BadRequestError)
     expect(prev.param).toBe('previous_response_id')
-    expect(prev.message).toMatch(/stateless/)
+    expect(prev.message).toMatch(/no kept response .*store: false/)
     const ref = await client.responses
       .create({ model: MODEL, input: [{ role: 'user', content: 'Hi' }, { type: 'item_reference', id: 'msg_1' }], max_output_tokens: 4 })
       .catch((e) => e)
     expect(ref).toBeInstanceOf(OpenAI.BadRequestError)
     expect(ref.param).toBe('input[1]')
-    expect(ref.message).toMatch(/store/)
+    expect(ref.message).toMatch(/no kept item/)
+  })
+
+  test('a streamed response is kept as response.completed gave it', async () => {
+    const stream = await client.responses.create({ model: MODEL, input: 'Say hi.', temperature: 0, max_output_tokens: 6, stream: true })
+    let done
+    for await (const event of stream) if (event.type === 'response.completed' || event.type === 'response.incomplete') done = event.response
+    // (The client adds output_text to what retrieve() returns.)
+    const { output_text, ...kept } = await client.responses.retrieve(done.id)
+    expect(kept).toEqual(done)
   })
 
   // Needs the engine's err.field (INVALID_REQUEST errors name their field as data).

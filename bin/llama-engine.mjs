@@ -370,6 +370,8 @@ const SERVE_OPTIONS = {
   'headers-timeout': { type: 'string' },
   'request-timeout': { type: 'string' },
   'shutdown-grace': { type: 'string' },
+  'responses-max': { type: 'string' },
+  'responses-max-bytes': { type: 'string' },
   isolation: { type: 'string' },
   help: OPTIONS.help,
 }
@@ -403,6 +405,10 @@ Server:
       --headers-timeout MS  drop a client whose headers are not in by then (default 10000)
       --request-timeout MS  drop a client whose body is not in by then (default 60000)
       --shutdown-grace MS   on SIGTERM/SIGINT, how long running requests may finish (default 10000)
+      --responses-max N     Responses API: responses kept for previous_response_id, item_reference
+                            and GET/DELETE /v1/responses/{id}, oldest dropped first (default 1000;
+                            0 keeps none)
+      --responses-max-bytes B  and at most B bytes of them (default 67108864)
       --isolation MODE      process (default): the engine in a child process, restarted if
                             it dies (a crash fails only its requests); none: in this process
   -h, --help                this help
@@ -434,6 +440,8 @@ export function parseServe(argv, env = process.env) {
   if (v['headers-timeout'] !== undefined) server.headersTimeoutMs = nonNegative('headers-timeout', v['headers-timeout'])
   if (v['request-timeout'] !== undefined) server.requestTimeoutMs = nonNegative('request-timeout', v['request-timeout'])
   if (v['shutdown-grace'] !== undefined) server.shutdownGraceMs = nonNegative('shutdown-grace', v['shutdown-grace'])
+  if (v['responses-max'] !== undefined) server.responsesMax = nonNegative('responses-max', v['responses-max'])
+  if (v['responses-max-bytes'] !== undefined) server.responsesMaxBytes = nonNegative('responses-max-bytes', v['responses-max-bytes'])
   const port = nonNegative('port', v.port ?? env.PORT ?? '8080')
   if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
   const isolation = v.isolation ?? 'process'

@@ -10,7 +10,8 @@ const { ApiError, toApiError, openaiErrorBody } = require('./errors.js')
 const { readJson, readJsonValue, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
 const { AdmissionQueue } = require('./queue.js')
 const { Metrics } = require('./metrics.js')
-const { ROUTES, PATHS: ROUTE_PATHS, protocolOf } = require('./protocols.js')
+const { findRoute, protocolOf } = require('./protocols.js')
+const { ResponseStore } = require('./response-store.js')
 const { anySignal } = require('./util.js')
 
 const DEFAULTS = {
@@ -22,6 +23,8 @@ const DEFAULTS = {
   requestTimeoutMs: 60_000,
   maxBodyBytes: 16 * 1024 * 1024,
   shutdownGraceMs: 10_000,
+  responsesMax: 1000,
+  responsesMaxBytes: 64 * 1024 * 1024,
   onError: undefined,
 }
 
@@ -30,7 +33,7 @@ function serverOptions(options = {}) {
   if (options === null || typeof options !== 'object') throw new TypeError('options: expected an object')
   const o = { ...DEFAULTS }
   for (const [k, v] of Object.entries(options)) if (v !== undefined) o[k] = v
-  for (const name of ['maxQueue', 'headersTimeoutMs', 'requestTimeoutMs', 'maxBodyBytes', 'shutdownGraceMs']) {
+  for (const name of ['maxQueue', 'headersTimeoutMs', 'requestTimeoutMs', 'maxBodyBytes', 'shutdownGraceMs', 'responsesMax', 'responsesMaxBytes']) {
     if (!Number.isInteger(o[name]) || o[name] < 0) throw new TypeError(`${name}: expected a non-negative integer, got ${JSON.stringify(o[name])}`)
   }
   if (o.apiKey != null && (typeof o.apiKey !== 'string' || o.apiKey === '')) throw new TypeError('apiKey: expected a non-empty string')
@@ -38,7 +41,7 @@ function serverOptions(options = {}) {
   return o
 }
 
-const PATHS = new Set([...ROUTE_PATHS, '/health', '/metrics'])
+const OWN_PATHS = new Set(['/health', '/metrics'])
 
 const LIST_SLICE = 1 << 15
 
@@ -74,6 +77,8 @@ function createCore(engineOrPromise, options) {
   // engine's load scales apply).
   let loraScales = null
   const server = {
+    /** The Responses API's kept responses (`store`). */
+    responses: new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes }),
     /** The engine's LoRA adapters, `[{ id, path, scale }]`, with the scales POST /lora-adapters set. */
     loras() {
       const loras = engine.status().loras
@@ -154,9 +159,11 @@ function createCore(engineOrPromise, options) {
     const t0 = performance.now()
     const cors = corsHeaders(opts.cors, exchange)
     const key = `${exchange.method} ${exchange.path}`
-    const route = ROUTES.get(key)
-    const known = PATHS.has(exchange.path)
-    let endpoint = known ? exchange.path : 'other'
+    const found = findRoute(exchange.method, exchange.path)
+    const route = found.route
+    const known = found.known || OWN_PATHS.has(exchange.path)
+    // Metrics name a route with parameters by its pattern, never by the id.
+    let endpoint = known ? found.pattern : 'other'
     // The protocol shapes the errors: the route's, else the one claiming the path.
     const protocol = route?.protocol ?? protocolOf(exchange.path)
     const ctx = {
@@ -166,6 +173,7 @@ function createCore(engineOrPromise, options) {
       onStreamError: null,
       modelName,
       server,
+      params: found.params,
       query: exchange.query ?? new URLSearchParams(),
       body: () => readJson(exchange),
       /** The body as JSON, whatever its value (POST /lora-adapters takes an array). */

@@ -37,6 +37,15 @@ export interface ServerOptions {
   /** On shutdown, how long running requests may go on before they are aborted. Default 10000. */
   shutdownGraceMs?: number
   /**
+   * Responses API: how many finished responses are kept (in memory) for
+   * `previous_response_id`, `item_reference` inputs and GET/DELETE
+   * /v1/responses/{id}; a request with `store: false` is not kept. The
+   * oldest go first. Default 1000; 0 keeps none.
+   */
+  responsesMax?: number
+  /** And at most this many bytes of them (their JSON). Default 64 MiB. */
+  responsesMaxBytes?: number
+  /**
    * Called for every answer with a status of 500 or more (also an error
    * sent as an event mid-stream): the error (`status`, `code`, `message`,
    * which says its cause) and the request. Nothing is printed otherwise;

@@ -2,7 +2,9 @@
 // The APIs the server speaks, and the one interface each implements. A
 // protocol is a module exporting
 //
-//   routes             "METHOD /path" -> a generation route, or a handler
+//   routes             "METHOD /path" -> a generation route, or a handler; a
+//                      segment ":name" matches one path segment, given to the
+//                      handler as ctx.params.name
 //   errorBody(e)       the JSON body of an error answer (an ApiError) in its shape
 //   prefix             optional: paths under it that no route serves (a 404,
 //                      a 405) still answer in this shape
@@ -61,16 +63,53 @@ function generation(route) {
   }
 }
 
-/** "METHOD /path" -> { run(ctx), protocol }. */
+/** "METHOD /path" -> { run(ctx), protocol }; and the routes with parameters. */
 const ROUTES = new Map()
+const PATTERNS = []
 for (const protocol of PROTOCOLS) {
   for (const [key, route] of Object.entries(protocol.routes)) {
-    ROUTES.set(key, { run: typeof route === 'function' ? route : generation(route), protocol })
+    const entry = { run: typeof route === 'function' ? route : generation(route), protocol }
+    const [method, path] = key.split(' ')
+    if (!path.includes('/:')) {
+      ROUTES.set(key, entry)
+      continue
+    }
+    const names = []
+    const source = path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/\/:(\w+)/g, (_, name) => (names.push(name), '/([^/]+)'))
+    PATTERNS.push({ method, path, regex: new RegExp(`^${source}$`), names, entry })
   }
 }
 
 /** Every path some route serves (another method on it is a 405, not a 404). */
 const PATHS = new Set([...ROUTES.keys()].map((k) => k.slice(k.indexOf(' ') + 1)))
+
+/**
+ * The route of a request: `{ route, params, known, pattern }` — `route`
+ * undefined when none serves this method and path, `known` when some route
+ * serves the path (with another method: a 405), `pattern` the path as the
+ * routes spell it (`/v1/responses/:id`).
+ */
+function findRoute(method, path) {
+  const route = ROUTES.get(`${method} ${path}`)
+  if (route) return { route, params: {}, known: true, pattern: path }
+  let known = PATHS.has(path)
+  let pattern = path
+  for (const p of PATTERNS) {
+    const m = p.regex.exec(path)
+    if (!m) continue
+    known = true
+    pattern = p.path
+    if (p.method !== method) continue
+    let params
+    try {
+      params = Object.fromEntries(p.names.map((n, i) => [n, decodeURIComponent(m[i + 1])]))
+    } catch {
+      continue // a malformed escape matches nothing
+    }
+    return { route: p.entry, params, known, pattern }
+  }
+  return { route: undefined, params: {}, known, pattern }
+}
 
 // Errors of a path no protocol claims: OpenAI's shape.
 const OPENAI = { errorBody: openaiErrorBody }
@@ -78,4 +117,4 @@ const OPENAI = { errorBody: openaiErrorBody }
 /** The protocol whose errors a path no route serves answers with. */
 const protocolOf = (path) => PROTOCOLS.find((p) => p.prefix && path.startsWith(p.prefix)) ?? OPENAI
 
-module.exports = { ROUTES, PATHS, protocolOf }
+module.exports = { ROUTES, PATHS, findRoute, protocolOf }

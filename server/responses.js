@@ -1,12 +1,13 @@
 'use strict'
-// OpenAI's Responses API, stateless: POST /v1/responses (alias /responses).
-// The request becomes one chat request of the engine (messages, tools,
+// OpenAI's Responses API: POST /v1/responses (alias /responses), and the
+// kept responses (response-store.js) behind previous_response_id,
+// item_reference and GET/DELETE /v1/responses/{id}. The request becomes one chat request of the engine (messages, tools,
 // tool_choice, response_format, n_predict); the result and the token
 // events become the Response object and its stream of typed events, as the
 // official client's ResponseStream, the Agents SDK, the AI SDK and Codex
 // assemble them.
 
-const { invalid, openaiErrorBody } = require('./errors.js')
+const { ApiError, invalid, openaiErrorBody } = require('./errors.js')
 const { isObject, newId, passthrough, sourcedMessages } = require('./util.js')
 
 // Engine fields this endpoint sets itself; the engine's others (top_k,
@@ -78,18 +79,12 @@ function reasoningText(item) {
  * items (assistant messages, function calls, reasoning before them) make one
  * assistant message.
  */
-function messagesOf(body) {
+function messagesOf(instructions, entries) {
   const { messages, origins, push } = sourcedMessages()
-  if (body.instructions != null) {
-    if (typeof body.instructions !== 'string') throw invalid('instructions', 'expected a string')
-    push({ role: 'system', content: body.instructions }, 'instructions')
+  if (instructions != null) {
+    if (typeof instructions !== 'string') throw invalid('instructions', 'expected a string')
+    push({ role: 'system', content: instructions }, 'instructions')
   }
-  const input = body.input
-  if (typeof input === 'string') {
-    push({ role: 'user', content: input }, 'input')
-    return { messages, origins }
-  }
-  if (!Array.isArray(input)) throw invalid('input', 'expected a string or an array of items')
   let assistant = null // the assistant message the next assistant-side item joins
   let reasoning = null // reasoning waiting for the assistant message it precedes
   const assistantAt = (at) => {
@@ -108,8 +103,7 @@ function messagesOf(body) {
     if (typeof value !== 'string' || value === '') throw invalid(at, `expected ${what}`)
     return value
   }
-  input.forEach((item, i) => {
-    const at = `input[${i}]`
+  for (const { item, at } of entries) {
     if (!isObject(item)) throw invalid(at, 'expected an object: a message or an item')
     const type = item.type ?? (item.role != null ? 'message' : undefined)
     switch (type) {
@@ -150,19 +144,54 @@ function messagesOf(body) {
         if (text !== '') reasoning = (reasoning ?? '') + text
         break
       }
-      case 'item_reference':
-        throw invalid(
-          at,
-          'item_reference: this server is stateless and keeps no items to refer to; send the item itself ' +
-            '(the AI SDK sends references unless providerOptions.openai.store is false)',
-        )
       default:
         if (DROPPED_ITEMS.has(type)) break
         throw invalid(`${at}.type`, `${JSON.stringify(type)} is not an input item this server reads`)
     }
-  })
+  }
   return { messages, origins }
 }
+
+/**
+ * The conversation a request continues, as input items with the field each
+ * came from: the kept response's (`previous_response_id`: its input and its
+ * output), then `input`, with `item_reference`s replaced by the items they
+ * name. Instructions are not carried over (as on OpenAI).
+ */
+function inputEntries(body, store) {
+  const entries = []
+  const previous = body.previous_response_id
+  if (previous != null && previous !== '') {
+    if (typeof previous !== 'string') throw invalid('previous_response_id', 'expected a string')
+    const conversation = store.conversation(previous)
+    if (!conversation) {
+      throw invalid('previous_response_id', `no kept response has id ${JSON.stringify(previous)}: ${keptWhat(store)}`)
+    }
+    for (const item of conversation) entries.push({ item, at: 'previous_response_id' })
+  }
+  const input = body.input
+  if (typeof input === 'string') {
+    entries.push({ item: { type: 'message', role: 'user', content: input }, at: 'input' })
+    return entries
+  }
+  if (!Array.isArray(input)) throw invalid('input', 'expected a string or an array of items')
+  input.forEach((item, i) => {
+    const at = `input[${i}]`
+    if (isObject(item) && item.type === 'item_reference') {
+      if (typeof item.id !== 'string' || item.id === '') throw invalid(`${at}.id`, 'expected the id of a kept item')
+      const kept = store.item(item.id)
+      if (!kept) throw invalid(at, `item_reference: no kept item has id ${JSON.stringify(item.id)}: ${keptWhat(store)}`)
+      entries.push({ item: kept, at })
+    } else {
+      entries.push({ item, at })
+    }
+  })
+  return entries
+}
+
+/** What the server keeps, for the message of a name it does not have. */
+const keptWhat = (store) =>
+  `the server keeps the last ${store.max} responses (at most ${store.maxBytes} bytes) in memory, none sent with store: false, none from before a restart; send the conversation itself in \`input\``
 
 const functionTool = (name, description, parameters, strict) => ({
   type: 'function',
@@ -227,21 +256,17 @@ function responseFormatOf(format) {
 }
 
 /** The Responses body -> the engine's request, the namespace map, and how to name an engine field. */
-function engineRequest(body) {
-  if (typeof body.previous_response_id === 'string' && body.previous_response_id !== '') {
-    throw invalid(
-      'previous_response_id',
-      'this server is stateless and keeps no responses: send the whole conversation in `input` (and `store: false`)',
-    )
-  }
-  if (body.conversation != null) throw invalid('conversation', 'this server is stateless and keeps no conversations: send the whole conversation in `input`')
-  if (body.background === true) throw invalid('background', 'background responses need a store of responses, which this server does not keep')
+function engineRequest(body, store) {
+  if (body.conversation != null) throw invalid('conversation', 'conversations are not kept on this server: send previous_response_id, or the whole conversation in `input`')
+  if (body.background === true) throw invalid('background', 'background responses are not run on this server: send the request and wait for its answer (or stream it)')
+  if (body.store != null && typeof body.store !== 'boolean') throw invalid('store', 'expected a boolean')
   if (body.prompt != null) throw invalid('prompt', 'prompt templates are stored by OpenAI and not available here; send `instructions` and `input`')
   if (body.max_output_tokens != null && (!Number.isInteger(body.max_output_tokens) || body.max_output_tokens < 1)) {
     throw invalid('max_output_tokens', 'expected a positive integer')
   }
 
-  const { messages, origins: messageOrigins } = messagesOf(body)
+  const entries = inputEntries(body, store)
+  const { messages, origins: messageOrigins } = messagesOf(body.instructions, entries)
   const flat = toolsOf(body)
   const { choice, tools } = toolChoiceOf(body.tool_choice, flat.tools)
   const request = { messages }
@@ -273,7 +298,7 @@ function engineRequest(body) {
     if (field === 'response_format' || field.startsWith('response_format.')) return 'text.format' + field.slice('response_format'.length)
     return field
   }
-  return { request, names: flat.names, paramOf }
+  return { request, names: flat.names, paramOf, input: entries.map((e) => e.item) }
 }
 
 // ---- output -------------------------------------------------------------
@@ -341,12 +366,12 @@ function responseObject(head, body, { status, output = [], usage = null, error =
     model: head.model,
     output,
     parallel_tool_calls: body.parallel_tool_calls ?? true,
-    previous_response_id: null,
+    previous_response_id: typeof body.previous_response_id === 'string' && body.previous_response_id !== '' ? body.previous_response_id : null,
     prompt_cache_key: body.prompt_cache_key ?? null,
     reasoning: { effort: reasoning.effort ?? null, summary: reasoning.summary ?? null },
     safety_identifier: body.safety_identifier ?? null,
     service_tier: 'default',
-    store: false,
+    store: body.store !== false,
     temperature: body.temperature ?? 1,
     text: { format: body.text?.format ?? { type: 'text' }, ...(body.text?.verbosity != null ? { verbosity: body.text.verbosity } : {}) },
     tool_choice: body.tool_choice ?? 'auto',
@@ -395,13 +420,15 @@ class ResponseEvents {
   #items = [] // the output so far
   #open = null // { kind, index, item, text } of the item being written
   #calls = new Map() // the engine's tool-call index -> its open state
+  #keep
   reasoningTokens = 0
 
-  constructor(sse, head, body, names) {
+  constructor(sse, head, body, names, keep) {
     this.#sse = sse
     this.#head = head
     this.#body = body
     this.#names = names
+    this.#keep = keep
   }
 
   #emit(type, payload) {
@@ -515,6 +542,7 @@ class ResponseEvents {
     if (this.#items.length === 0) this.#openMessage()
     this.#closeOpen(result.stopped_limit ? 'incomplete' : 'completed')
     const response = responseObject(this.#head, this.#body, { status, incomplete, output: this.#items, usage: usageOf(result, this.reasoningTokens) })
+    this.#keep(response)
     this.#emit(status === 'completed' ? 'response.completed' : 'response.incomplete', { response })
   }
 
@@ -530,18 +558,59 @@ class ResponseEvents {
 /** POST /v1/responses: the generation route. */
 const responses = {
   toEngine(body, ctx) {
-    const { request, names, paramOf } = engineRequest(body)
+    const store = ctx.server.responses
+    const { request, names, paramOf, input } = engineRequest(body, store)
     const head = { id: newId('resp'), created_at: Math.floor(Date.now() / 1000), model: ctx.modelName() }
-    return { request, paramOf, names, body, head, reasoningTokens: 0 }
+    // Kept when it finished (store, true unless false), with what it answered.
+    const keep = (response) => {
+      if (body.store !== false) store.put(response, input)
+    }
+    return { request, paramOf, names, body, head, keep, reasoningTokens: 0 }
   },
   observe(event, turn) {
     if (event.type === 'token') turn.reasoningTokens += reasoningTokensOf(event)
   },
-  reply(result, { names, body, head, reasoningTokens }) {
+  reply(result, { names, body, head, keep, reasoningTokens }) {
     const { status, incomplete } = ending(result)
-    return responseObject(head, body, { status, incomplete, output: outputOf(result, names), usage: usageOf(result, reasoningTokens) })
+    const response = responseObject(head, body, { status, incomplete, output: outputOf(result, names), usage: usageOf(result, reasoningTokens) })
+    keep(response)
+    return response
   },
-  streamEvents: ({ body, head, names }, sse) => new ResponseEvents(sse, head, body, names),
+  streamEvents: ({ body, head, names, keep }, sse) => new ResponseEvents(sse, head, body, names, keep),
+}
+
+const notFound = (id) => new ApiError(404, `no kept response has id ${JSON.stringify(id)}`, { code: 'NOT_FOUND', type: 'invalid_request_error' })
+
+/** GET /v1/responses/{id}: a kept response. */
+function getResponse(ctx) {
+  const response = ctx.server.responses.get(ctx.params.id)
+  if (!response) throw notFound(ctx.params.id)
+  ctx.json(200, response)
+}
+
+/** DELETE /v1/responses/{id}. */
+function deleteResponse(ctx) {
+  if (!ctx.server.responses.delete(ctx.params.id)) throw notFound(ctx.params.id)
+  ctx.json(200, { id: ctx.params.id, object: 'response', deleted: true })
+}
+
+/** GET /v1/responses/{id}/input_items: OpenAI's list (`order` desc by default, `limit` 1–100, `after`). */
+function inputItems(ctx) {
+  const input = ctx.server.responses.input(ctx.params.id)
+  if (!input) throw notFound(ctx.params.id)
+  const order = ctx.query.get('order') ?? 'desc'
+  if (order !== 'asc' && order !== 'desc') throw invalid('order', 'expected "asc" or "desc"')
+  const limit = ctx.query.has('limit') ? Number(ctx.query.get('limit')) : 20
+  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalid('limit', 'expected an integer from 1 to 100')
+  let items = order === 'desc' ? [...input].reverse() : input
+  const after = ctx.query.get('after')
+  if (after != null) {
+    const at = items.findIndex((item) => item.id === after)
+    if (at < 0) throw invalid('after', `no input item of this response has id ${JSON.stringify(after)}`)
+    items = items.slice(at + 1)
+  }
+  const data = items.slice(0, limit)
+  ctx.json(200, { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: items.length > limit })
 }
 
 module.exports = {
@@ -549,5 +618,8 @@ module.exports = {
   routes: {
     'POST /v1/responses': responses,
     'POST /responses': responses,
+    'GET /v1/responses/:id': getResponse,
+    'DELETE /v1/responses/:id': deleteResponse,
+    'GET /v1/responses/:id/input_items': inputItems,
   },
 }
