@@ -1,10 +1,14 @@
-// Real agent clients, one after another, against one server (test:full): the
-// official `openai` client (Chat Completions and Responses), the Vercel AI
-// SDK (`@ai-sdk/openai` on both APIs, `@ai-sdk/openai-compatible`), the
-// OpenAI Agents SDK (its default, the Responses API, and Chat Completions)
-// and LangChain, each running a tool loop — a required call, the tool's
-// result, an answer — with its defaults otherwise. The whole sequence runs
-// twice on the same engine (an agent once got HTTP 500 "the engine lost this
+// Real agent clients, one after another, against one server (test:full, and
+// test:real on a real model): the official `openai` client (Chat Completions
+// and Responses, streamed and not, previous_response_id), the Vercel AI SDK
+// (`@ai-sdk/openai` on both APIs, two turns with its default store,
+// streamText; `@ai-sdk/openai-compatible`), the OpenAI Agents SDK (its
+// default, the Responses API, and Chat Completions), LangChain and
+// `@anthropic-ai/sdk` (streamed and not), each running a tool loop — a
+// required call, the tool's result, an answer — with its defaults otherwise;
+// and structured output where the client offers it (generateObject,
+// withStructuredOutput). The whole sequence runs twice
+// (LLAMA_ENGINE_CLIENTS_ROUNDS) on the same engine (an agent once got HTTP 500 "the engine lost this
 // request" after other clients' requests: the prompt cache restored another
 // entry's cells). Every answer must be below 500, and every loop must run.
 const fs = require('node:fs')
@@ -155,6 +159,88 @@ run('real clients, one after another, on one server', () => {
         },
       ]),
     ),
+    'openai chat.completions, streamed': async () => {
+      const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 })
+      const tools = [{ type: 'function', function: { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false } } }]
+      const messages = [{ role: 'user', content: ASK }]
+      const runner = client.chat.completions.stream({ model: MODEL, messages, tools, tool_choice: 'required', parallel_tool_calls: false, temperature: 0, max_tokens: 60 })
+      const first = await runner.finalChatCompletion()
+      const call = first.choices[0].message.tool_calls[0]
+      messages.push(first.choices[0].message, { role: 'tool', tool_call_id: call.id, content: weather(JSON.parse(call.function.arguments).city) })
+      let text = ''
+      for await (const chunk of await client.chat.completions.create({ model: MODEL, messages, tools, temperature: 0, max_tokens: 24, stream: true })) text += chunk.choices[0]?.delta?.content ?? ''
+      return [call.function.name, typeof text]
+    },
+    'openai responses, streamed': async () => {
+      const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 })
+      const tools = [{ type: 'function', name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false }, strict: true }]
+      const first = await client.responses.stream({ model: MODEL, input: ASK, tools, tool_choice: 'required', parallel_tool_calls: false, temperature: 0, max_output_tokens: 60 }).finalResponse()
+      const call = first.output.find((o) => o.type === 'function_call')
+      const output = { type: 'function_call_output', call_id: call.call_id, output: weather(JSON.parse(call.arguments).city) }
+      const answer = await client.responses.stream({ model: MODEL, previous_response_id: first.id, input: [output], tools, temperature: 0, max_output_tokens: 24 }).finalResponse()
+      return [call.name, typeof answer.output_text]
+    },
+    'AI SDK openai (Responses), streamText': async () => {
+      const ai = require('ai')
+      const provider = require('@ai-sdk/openai').createOpenAI({ baseURL: `${base}/v1`, apiKey: 'none' })
+      const cities = []
+      const result = ai.streamText({
+        model: provider(MODEL),
+        prompt: ASK,
+        temperature: 0,
+        maxOutputTokens: 60,
+        maxRetries: 0,
+        providerOptions: { openai: { parallelToolCalls: false } },
+        tools: { get_weather: ai.tool({ description: 'The weather in a city', inputSchema: z.object({ city: z.string() }), execute: async ({ city }) => (cities.push(city), weather(city)) }) },
+        prepareStep: ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? 'required' : 'none' }),
+        stopWhen: ai.stepCountIs(2),
+      })
+      for await (const _ of result.textStream);
+      return [cities.length, (await result.steps).length]
+    },
+    ...Object.fromEntries(
+      [false, true].map((stream) => [
+        `Anthropic SDK${stream ? ', streamed' : ''}`,
+        async () => {
+          const Anthropic = require('@anthropic-ai/sdk')
+          const client = new Anthropic({ baseURL: base, apiKey: 'none', maxRetries: 0 })
+          const tools = [{ name: 'get_weather', description: 'The weather in a city', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }]
+          const messages = [{ role: 'user', content: ASK }]
+          const ask = (extra) => {
+            const params = { model: MODEL, max_tokens: 60, temperature: 0, messages, tools, ...extra }
+            return stream ? client.messages.stream(params).finalMessage() : client.messages.create(params)
+          }
+          const first = await ask({ tool_choice: { type: 'any', disable_parallel_tool_use: true } })
+          const call = first.content.find((b) => b.type === 'tool_use')
+          messages.push({ role: 'assistant', content: first.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: call.id, content: weather(call.input.city) }] })
+          const answer = await ask({ max_tokens: 24 })
+          return [call.name, typeof answer.content[0]?.text]
+        },
+      ]),
+    ),
+    // Structured output where the client offers it: each asks for JSON of a
+    // schema (json_schema), which the engine constrains.
+    'AI SDK openai, generateObject': async () => {
+      const ai = require('ai')
+      const provider = require('@ai-sdk/openai').createOpenAI({ baseURL: `${base}/v1`, apiKey: 'none' })
+      const { object } = await ai.generateObject({ model: provider(MODEL), schema: z.object({ city: z.string(), sunny: z.boolean() }), prompt: 'Paris is sunny today. Give the city and whether it is sunny.', temperature: 0, maxOutputTokens: 60, maxRetries: 0 })
+      return [typeof object.city === 'string' && typeof object.sunny === 'boolean' ? 'get_weather' : 'bad', 'string']
+    },
+    // The compatible provider sends the schema only when told the server
+    // supports structured outputs; by default it sends json_object alone,
+    // and the model cannot know which object to write.
+    'AI SDK openai-compatible (supportsStructuredOutputs), generateObject': async () => {
+      const ai = require('ai')
+      const provider = require('@ai-sdk/openai-compatible').createOpenAICompatible({ name: 'local', baseURL: `${base}/v1`, supportsStructuredOutputs: true })
+      const { object } = await ai.generateObject({ model: provider(MODEL), schema: z.object({ city: z.string(), sunny: z.boolean() }), prompt: 'Paris is sunny today. Give the city and whether it is sunny.', temperature: 0, maxOutputTokens: 60, maxRetries: 0 })
+      return [typeof object.city === 'string' && typeof object.sunny === 'boolean' ? 'get_weather' : 'bad', 'string']
+    },
+    'LangChain withStructuredOutput': async () => {
+      const { ChatOpenAI } = require('@langchain/openai')
+      const chat = new ChatOpenAI({ model: MODEL, apiKey: 'none', temperature: 0, maxTokens: 60, maxRetries: 0, configuration: { baseURL: `${base}/v1` } })
+      const out = await chat.withStructuredOutput(z.object({ city: z.string(), sunny: z.boolean() })).invoke('Paris is sunny today. Give the city and whether it is sunny.')
+      return [typeof out.city === 'string' && typeof out.sunny === 'boolean' ? 'get_weather' : 'bad', 'string']
+    },
     LangChain: async () => {
       const { ChatOpenAI } = require('@langchain/openai')
       const { HumanMessage, ToolMessage } = require('@langchain/core/messages')
@@ -169,8 +255,9 @@ run('real clients, one after another, on one server', () => {
     },
   }
 
-  for (const round of [1, 2]) {
-    test.each(Object.keys(clients))(`round ${round}: %s runs its tool loop`, async (name) => {
+  const rounds = Number(process.env.LLAMA_ENGINE_CLIENTS_ROUNDS || 2)
+  for (let round = 1; round <= rounds; round++) {
+    test.each(Object.keys(clients))(`round ${round}: %s`, async (name) => {
       const out = await clients[name]()
       // A call was made (and run), and an answer came back.
       expect(out[0] === 'get_weather' || out[0] >= 1).toBe(true)

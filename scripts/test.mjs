@@ -17,7 +17,7 @@ const args = process.argv.slice(2)
 const full = args.includes('--full')
 const real = args.includes('--real')
 const jestArgs = args.filter((a) => a !== '--full' && a !== '--real')
-const REAL_CLIENTS_MODEL = join(process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models'), 'Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf')
+const REAL_CLIENTS_MODEL = join(process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models'), 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')
 
 function run(cmd, argv, env = {}) {
   const r = spawnSync(cmd, argv, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } })
