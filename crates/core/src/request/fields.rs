@@ -146,7 +146,7 @@ pub const INPUT_SUFFIX: Field = Field::new("input_suffix", Kind::Text, "", "fill
 pub const INPUT_EXTRA: Field = Field::new(
     "input_extra",
     Kind::Other("{ filename?: string; text: string }[]"),
-    "[]",
+    "",
     "fill-in-the-middle: other files of the project, put before the prefix",
 );
 pub const N_PREDICT: Field = Field::new(
