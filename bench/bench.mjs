@@ -60,7 +60,10 @@
 //             alternating processes. In the default list when the prebuilt
 //             addon exists.
 //
-// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic[,prebuilt]; also lora),
+// Environment: BENCH_SECTIONS (comma list, default binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic[,fim with the real models][,prebuilt]; also lora),
+// BENCH_AGENTIC_MODEL, BENCH_PAIR_TARGET + BENCH_PAIR_DRAFT, BENCH_FIM_MODEL (file names in the models
+// directory: the agentic traces, the draft pair and fill-in-the-middle on other models, e.g. the real
+// Qwen2.5-Coder 1.5B / 0.5B of `npm run models -- --real`),
 // BENCH_TOKENS (tokens per run, default 128), BENCH_REPEATS (default 3;
 // medians), BENCH_THREADS (default 2), LLAMA_ENGINE_MODELS_DIR.
 // Every row is also written to bench-results/latest.json.
@@ -84,7 +87,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../lib/addon/loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic${existsSync(join(models, 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')) ? ',fim' : ''}${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -317,8 +320,13 @@ for (const m of PAIR_MODES) if (usesNgrams(m.spec) !== !!m.fresh) throw new Erro
 
 if (sections.has('pair')) {
   const since = Date.now()
-  console.log(`\n## pair: F32 target, Q4_1 draft (same weights), free-form prompts, greedy, ${N} tokens`)
-  const load = { modelPath: TARGET_F32, draftModelPath: TARGET, contextSize: CONTEXT, threads: THREADS }
+  // BENCH_PAIR_TARGET / BENCH_PAIR_DRAFT (file names in the models
+  // directory): another pair, e.g. Qwen2.5-Coder-1.5B with its 0.5B.
+  const pairTarget = process.env.BENCH_PAIR_TARGET ? join(models, process.env.BENCH_PAIR_TARGET) : TARGET_F32
+  const pairDraft = process.env.BENCH_PAIR_DRAFT ? join(models, process.env.BENCH_PAIR_DRAFT) : TARGET
+  const named = process.env.BENCH_PAIR_TARGET ? `${process.env.BENCH_PAIR_TARGET} target, ${process.env.BENCH_PAIR_DRAFT} draft` : 'F32 target, Q4_1 draft (same weights)'
+  console.log(`\n## pair: ${named}, free-form prompts, greedy, ${N} tokens`)
+  const load = { modelPath: pairTarget, draftModelPath: pairDraft, contextSize: CONTEXT, threads: THREADS }
   const engine = await LlamaEngine.load(load)
   const runs = FREE_PROMPTS.map(() => PAIR_MODES.map(() => []))
   for (let r = 0; r < REPEATS; r++) {
@@ -1120,9 +1128,73 @@ if (sections.has('lora')) {
 // the suffix drafter alone, the new auto (suffix, then n-grams), and the
 // oracle ceiling (every output drafted perfectly, n_max 16, priced with the
 // engine's measured batch costs).
+// ---------------------------------------------------------------------------
+// fim: fill-in-the-middle on a code model (Qwen2.5-Coder-0.5B; BENCH_FIM_MODEL),
+// off against the drafters, which read the suffix and the project files in
+// the prompt. Greedy, to the model's end (at most BENCH_TOKENS).
+
+const FIM_MODEL = join(models, process.env.BENCH_FIM_MODEL || 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')
+
+if (sections.has('fim')) {
+  const since = Date.now()
+  console.log(`\n## fim: fill-in-the-middle, ${process.env.BENCH_FIM_MODEL || 'Qwen2.5-Coder-0.5B-Instruct Q4_K_M'}, greedy, to the model's end (at most ${N} tokens)`)
+  const orders = readFileSync(join(root, 'bench', 'fixtures', 'summarize-orders.js'), 'utf8').split('\n').slice(1).join('\n').trimEnd()
+  const cut = orders.indexOf('\n', orders.indexOf('{')) + 1
+  const TASKS = {
+    // The gap is a function another file of the project already has.
+    'copy from a project file': {
+      input_prefix: orders.slice(0, cut),
+      input_suffix: '\n\nmodule.exports = { summarizeOrders }\n',
+      input_extra: [{ filename: 'legacy/summarize-orders.js', text: orders }],
+    },
+    // The gap repeats a pattern the suffix spells out.
+    'a case the suffix repeats': {
+      input_prefix: 'function describe(status) {\n  switch (status) {\n    case "new":\n',
+      input_suffix: '\n    case "paid":\n      return { label: "Paid", color: "green", final: false }\n    case "shipped":\n      return { label: "Shipped", color: "blue", final: false }\n    case "closed":\n      return { label: "Closed", color: "grey", final: true }\n  }\n}\n',
+    },
+    'free: a function body': { input_prefix: 'def median(xs):\n    """The median of a non-empty list of numbers."""\n', input_suffix: '\n\nprint(median([3, 1, 2]))\n' },
+  }
+  const load = { modelPath: FIM_MODEL, contextSize: 4096, threads: THREADS, parallel: 1 }
+  const MODES = [['off', { mode: 'off' }], ['ngram', { mode: 'ngram' }], ['auto', { mode: 'auto' }]]
+  const runs = Object.fromEntries(Object.keys(TASKS).map((t) => [t, Object.fromEntries(MODES.map(([m]) => [m, []]))]))
+  for (let r = 0; r < REPEATS; r++) {
+    for (const [task, input] of Object.entries(TASKS)) {
+      for (let j = 0; j < MODES.length; j++) {
+        const [name, speculative] = MODES[(j + r) % MODES.length]
+        // A fresh engine per request: what a drafter learnt must not carry over.
+        const engine = await LlamaEngine.load(load)
+        await engine.complete({ prompt: 'Hello there.', n_predict: 8, temperature: 0, speculative: { mode: 'off' } })
+        const res = await engine.infill({ ...input, n_predict: N, temperature: 0, cache_prompt: false, speculative })
+        await engine.dispose()
+        runs[task][name].push({ tps: res.timings.predicted_per_second, n: res.tokens_predicted, drafted: res.speculative.n_drafted, accepted: res.speculative.n_accepted, content: res.content })
+      }
+    }
+  }
+  const rows = []
+  for (const task of Object.keys(TASKS)) {
+    const off = runs[task].off
+    const row = { task, tokens: off[0].n, 'off tok/s': fmt(median(off.map((x) => x.tps))) }
+    for (const [name] of MODES.slice(1)) {
+      const paired = runs[task][name].map((x, i) => x.tps / off[i].tps)
+      const drafted = runs[task][name].reduce((a, x) => a + x.drafted, 0)
+      const accepted = runs[task][name].reduce((a, x) => a + x.accepted, 0)
+      const same = runs[task][name].every((x) => x.content === off[0].content)
+      row[name] = `${times(median(paired))} (${fmt(Math.min(...paired), 2)}–${fmt(Math.max(...paired), 2)}) ${pct(drafted ? accepted / drafted : null)}${same ? '' : ' DIFFERENT TEXT'}`
+    }
+    rows.push(row)
+  }
+  table(rows, Object.keys(rows[0]))
+  console.log("each cell: generation tok/s against off, median (min–max) of the repeats paired with off's run of the same repeat; then the share of drafted tokens accepted. Every mode must give off's text.")
+  console.log(`(fim section: ${elapsed(since)})`)
+  results.fim = { rows, runs: Object.fromEntries(Object.entries(runs).map(([t, m]) => [t, Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v.map(({ content, ...x }) => x)]))])) }
+}
+
 if (sections.has('agentic')) {
   const since = Date.now()
-  console.log(`\n## agentic: agent-shaped traces, SmolLM2 Q4_1, greedy, no draft model (${THREADS} threads)`)
+  // BENCH_AGENTIC_MODEL (a file name in the models directory): the traces
+  // on another model, e.g. Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf.
+  const agenticModel = process.env.BENCH_AGENTIC_MODEL ? join(models, process.env.BENCH_AGENTIC_MODEL) : TARGET
+  console.log(`\n## agentic: agent-shaped traces, ${process.env.BENCH_AGENTIC_MODEL || 'SmolLM2 Q4_1'}, greedy, no draft model (${THREADS} threads)`)
   const SYSTEM = 'You are a precise assistant. Convert each staff record into one JSON object with the keys "name", "role", "team", "start_year" and "email". Answer with the JSON only.'
   const PEOPLE = [
     ['Alice Moreau', 'backend engineer', 'payments', 2019],
@@ -1188,7 +1260,7 @@ if (sections.has('agentic')) {
     }
     return out
   }
-  const load = { modelPath: TARGET, contextSize: 4096, threads: THREADS, parallel: 1 }
+  const load = { modelPath: agenticModel, contextSize: 4096, threads: THREADS, parallel: 1 }
   const runs = Object.fromEntries(Object.keys(traces).map((t) => [t, Object.fromEntries(MODES.map(([m]) => [m, []]))]))
   let batchMs
   for (let r = 0; r < REPEATS; r++) {
