@@ -77,7 +77,7 @@ describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', 
   })
 
   test.each(matrix(Object.keys(PROMPTS), ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
-    const n = matrix(96, 64)
+    const n = 64
     const drafted = await expectBitExact(engine, PROMPTS[name], Object.keys(MODES), n)
     expect(drafted).toBeGreaterThan(n)
   }, 600000)
@@ -129,7 +129,6 @@ describe.each(
       ['SmolLM2 Q4_1, ~1,300-token prompt', TARGET, DRAFT, 1200],
       ['SmolLM2 Q4_1, ~4,300-token prompt', TARGET, DRAFT, 3900],
       ['gemma-3 Q4_K_M, ~4,300-token prompt', GEMMA, GEMMA_DRAFT, 3900],
-      ['SmolLM2 F16, ~4,300-token prompt', F16, DRAFT, 3900],
     ],
     [['SmolLM2 Q4_1, ~1,300-token prompt', TARGET, DRAFT, 1200]],
   ),

@@ -75,7 +75,7 @@ describe('prefixes shared across slots', () => {
   })
 
   test('users arriving together compute the shared prefix once, each answer exactly its own', async () => {
-    const n = matrix(8, 3)
+    const n = matrix(4, 3)
     const e = await load({ parallel: n })
     const chat1k = (q) => chat(q, {}, SYSTEM)
     try {
