@@ -189,6 +189,37 @@ describe('the official openai client', () => {
     expect(items.data.map((i) => i.type + ':' + (i.role ?? ''))).toEqual(['message:user', 'message:assistant', 'message:user'])
   })
 
+  test('responsesFile: a restarted server still has what it kept; previous_response_id goes on from there', async () => {
+    const fs = require('node:fs')
+    const os = require('node:os')
+    const path = require('node:path')
+    const { createServer } = require('../server')
+    const { listen, close } = require('./server-helpers')
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-responses-'))
+    const file = path.join(dir, 'kept.responses')
+    try {
+      const one = createServer({ engine, signals: false, responsesFile: file })
+      const c1 = new OpenAI({ baseURL: `${await listen(one)}/v1`, apiKey: 'unused', maxRetries: 0 })
+      const first = await c1.responses.create({ model: MODEL, input: 'Name three fruits.', temperature: 0, max_output_tokens: 12 })
+      // As SIGTERM stops it: the kept responses are on disk when shutdown resolves.
+      await one.shutdown({ dispose: false })
+      // Another server over the same file (as after a restart).
+      const two = createServer({ engine, signals: false, responsesFile: file })
+      expect(two.responses.loadError).toBeNull()
+      try {
+        const c2 = new OpenAI({ baseURL: `${await listen(two)}/v1`, apiKey: 'unused', maxRetries: 0 })
+        expect((await c2.responses.retrieve(first.id)).output_text).toBe(first.output_text)
+        const next = await c2.responses.create({ model: MODEL, previous_response_id: first.id, input: 'And three vegetables?', temperature: 0, max_output_tokens: 8 })
+        const items = await c2.responses.inputItems.list(next.id, { order: 'asc' })
+        expect(items.data.map((i) => i.type + ':' + (i.role ?? ''))).toEqual(['message:user', 'message:assistant', 'message:user'])
+      } finally {
+        await close(two)
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   test('item_reference names a kept item; unknown names are a 400 that says what is kept', async () => {
     const first = await client.responses.create({ model: MODEL, input: [{ role: 'user', content: ask }], ...callOnce })
     const call = first.output.find((o) => o.type === 'function_call')

@@ -372,6 +372,7 @@ const SERVE_OPTIONS = {
   'shutdown-grace': { type: 'string' },
   'responses-max': { type: 'string' },
   'responses-max-bytes': { type: 'string' },
+  'responses-file': { type: 'string' },
   isolation: { type: 'string' },
   help: OPTIONS.help,
 }
@@ -409,6 +410,8 @@ Server:
                             and GET/DELETE /v1/responses/{id}, oldest dropped first (default 1000;
                             0 keeps none)
       --responses-max-bytes B  and at most B bytes of them (default 67108864)
+      --responses-file PATH kept responses also on disk (written atomically after each change,
+                            read back at start; a damaged file is not used, and says why)
       --isolation MODE      process (default): the engine in a child process, restarted if
                             it dies (a crash fails only its requests); none: in this process
   -h, --help                this help
@@ -442,6 +445,10 @@ export function parseServe(argv, env = process.env) {
   if (v['shutdown-grace'] !== undefined) server.shutdownGraceMs = nonNegative('shutdown-grace', v['shutdown-grace'])
   if (v['responses-max'] !== undefined) server.responsesMax = nonNegative('responses-max', v['responses-max'])
   if (v['responses-max-bytes'] !== undefined) server.responsesMaxBytes = nonNegative('responses-max-bytes', v['responses-max-bytes'])
+  if (v['responses-file'] !== undefined) {
+    if (v['responses-file'] === '') throw new UsageError('--responses-file: expected a path')
+    server.responsesFile = v['responses-file']
+  }
   const port = nonNegative('port', v.port ?? env.PORT ?? '8080')
   if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
   const isolation = v.isolation ?? 'process'
@@ -498,6 +505,8 @@ async function serve(argv) {
   const { address, port } = server.address()
   const host = address.includes(':') ? `[${address}]` : address
   stderr.write(`listening on http://${host}:${port}, loading ${cli.load.modelPath}\n`)
+  if (server.responses.loadError) stderr.write(`warning: --responses-file ${server.responses.loadError}\n`)
+  else if (server.responses.file && server.responses.size) stderr.write(`${server.responses.size} kept responses read from ${server.responses.file}\n`)
   try {
     await loading
     stderr.write('model loaded\n')

@@ -25,6 +25,7 @@ const DEFAULTS = {
   shutdownGraceMs: 10_000,
   responsesMax: 1000,
   responsesMaxBytes: 64 * 1024 * 1024,
+  responsesFile: undefined,
   onError: undefined,
 }
 
@@ -38,6 +39,7 @@ function serverOptions(options = {}) {
   }
   if (o.apiKey != null && (typeof o.apiKey !== 'string' || o.apiKey === '')) throw new TypeError('apiKey: expected a non-empty string')
   if (o.onError != null && typeof o.onError !== 'function') throw new TypeError('onError: expected a function')
+  if (o.responsesFile != null && (typeof o.responsesFile !== 'string' || o.responsesFile === '')) throw new TypeError('responsesFile: expected a path')
   return o
 }
 
@@ -78,7 +80,7 @@ function createCore(engineOrPromise, options) {
   let loraScales = null
   const server = {
     /** The Responses API's kept responses (`store`). */
-    responses: new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes }),
+    responses: new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes, file: opts.responsesFile }),
     /** The engine's LoRA adapters, `[{ id, path, scale }]`, with the scales POST /lora-adapters set. */
     loras() {
       const loras = engine.status().loras
@@ -295,6 +297,8 @@ function createCore(engineOrPromise, options) {
       clearTimeout(timer)
       for (const ac of running.keys()) ac.abort()
       await settled()
+      // What the Responses API keeps, on disk before the process may end.
+      await server.responses.close().catch(() => {})
     })()
     return shutdown
   }
@@ -305,6 +309,7 @@ function createCore(engineOrPromise, options) {
     limits,
     options: opts,
     metrics,
+    responses: server.responses,
     get engine() {
       return engine
     },

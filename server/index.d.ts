@@ -46,6 +46,14 @@ export interface ServerOptions {
   /** And at most this many bytes of them (their JSON). Default 64 MiB. */
   responsesMaxBytes?: number
   /**
+   * Keep them on disk too: written atomically (temporary file, fsync,
+   * rename) ~200 ms after a change and on `shutdown()`, read back
+   * at start. A file that fails its checks (header, length, sha256, shape,
+   * size) is not used: the store starts empty and `server.responses.loadError`
+   * says why; the next change replaces it.
+   */
+  responsesFile?: string
+  /**
    * Called for every answer with a status of 500 or more (also an error
    * sent as an event mid-stream): the error (`status`, `code`, `message`,
    * which says its cause) and the request. Nothing is printed otherwise;
@@ -82,6 +90,23 @@ export interface LlamaEngineServer extends Server {
    * then disposes of the engine (see `dispose`).
    */
   shutdown(options?: ShutdownOptions): Promise<void>
+  /** What the Responses API keeps (`store`). */
+  readonly responses: KeptResponses
+}
+
+export interface KeptResponses {
+  /** Responses kept now. */
+  readonly size: number
+  /** Their bytes (JSON). */
+  readonly bytes: number
+  /** `responsesFile`, resolved; null without one. */
+  readonly file: string | null
+  /** Why the file was not used at start (null when it was, or there was none). */
+  readonly loadError: string | null
+  /** Why the last write failed (null after one succeeds). */
+  readonly writeError: Error | null
+  /** Writes what is kept now; resolves when it is on disk. */
+  flush(): Promise<void>
 }
 
 export interface CloseOptions {

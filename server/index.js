@@ -131,6 +131,9 @@ function createServer(options = {}) {
     },
   )
   server.on('connection', deadlines.connection)
+  /** The Responses API's kept responses: `size`, `bytes`, `file`, `loadError`, `flush()`. */
+  server.responses = core.responses
+  server.on('close', () => core.responses.flush().catch(() => {}))
 
   const disposeOwned = async () => {
     if (!owned) return
