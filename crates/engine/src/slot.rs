@@ -223,6 +223,8 @@ pub struct Request<'m> {
     text: TextStream,
     /// A chat answer's reasoning and tool calls, read out of its text.
     output: Option<Reader>,
+    /// `flush` ran (the text stream and the reader are finished).
+    flushed: bool,
     /// Special tokens whose text is kept (the markers `output` reads).
     markers: Vec<i32>,
     phase: Phase,
@@ -266,6 +268,7 @@ impl<'m> Request<'m> {
             save,
             text: TextStream::new(job.request.stop.clone()),
             output,
+            flushed: false,
             markers,
             constraint_field,
             req: job.request,
@@ -545,8 +548,13 @@ impl<'m> Request<'m> {
         }
     }
 
-    /// The end: what the text stream and the reader held back.
+    /// The end: what the text stream and the reader held back. Once: a
+    /// request stopped by its limit reaches it from the step and again from
+    /// `finish`.
     fn flush(&mut self, delta: &mut Delta) {
+        if std::mem::replace(&mut self.flushed, true) {
+            return;
+        }
         let rest = self.text.finish();
         self.read(&rest, delta);
         if let Some(p) = self.output.as_mut() {

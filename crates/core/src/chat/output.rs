@@ -81,6 +81,8 @@ pub struct OutputParser {
     content: String,
     reasoning: String,
     id_seed: u64,
+    /// `finish` ran: the answer is complete, a second call adds nothing.
+    finished: bool,
 }
 
 impl OutputParser {
@@ -96,6 +98,7 @@ impl OutputParser {
             sent: Vec::new(),
             content: String::new(),
             reasoning: String::new(),
+            finished: false,
             id_seed,
         }
     }
@@ -134,6 +137,11 @@ impl OutputParser {
     /// read as); a call cut short is dropped.
     pub fn finish(&mut self) -> Delta {
         let mut delta = Delta::default();
+        // Once: a second call would read the cut call again (announce it
+        // anew and keep it twice).
+        if std::mem::replace(&mut self.finished, true) {
+            return delta;
+        }
         loop {
             let before = (self.held.len(), std::mem::discriminant(&self.state));
             delta.merge(self.step(true));
@@ -681,6 +689,22 @@ mod tests {
         let mut p = OutputParser::new(OutputFormat { calls: None, reasoning: None, reasoning_start: ReasoningStart::None }, 1);
         run(&mut p, "<think>x</think>y", 1);
         assert_eq!(p.content(), "<think>x</think>y");
+    }
+
+    #[test]
+    fn finishing_twice_keeps_a_cut_call_once() {
+        // The engine's end of a request by the token limit once finished the
+        // reader twice: the cut call came back a second time, announced anew.
+        let mut p = parser(Family::Hermes, None, ReasoningStart::None);
+        let text = "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Par";
+        let mut deltas = run(&mut p, text, 4);
+        let again = p.finish();
+        assert!(again.is_empty(), "{again:?}");
+        deltas.push(again);
+        assert_eq!(p.calls().len(), 2);
+        assert_eq!(p.calls()[1].arguments, "{\"city\": \"Par");
+        let calls: Vec<_> = p.calls().iter().map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone())).collect();
+        assert_eq!(assemble(&deltas), calls);
     }
 
     #[test]
