@@ -194,7 +194,7 @@ describe('the official openai client', () => {
     const os = require('node:os')
     const path = require('node:path')
     const { createServer } = require('../server')
-    const { listen, close } = require('./server-helpers')
+    const { listen } = require('./server-helpers')
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-responses-'))
     const file = path.join(dir, 'kept.responses')
     try {
@@ -213,7 +213,7 @@ describe('the official openai client', () => {
         const items = await c2.responses.inputItems.list(next.id, { order: 'asc' })
         expect(items.data.map((i) => i.type + ':' + (i.role ?? ''))).toEqual(['message:user', 'message:assistant', 'message:user'])
       } finally {
-        await close(two)
+        await two.shutdown({ dispose: false })
       }
     } finally {
       fs.rmSync(dir, { recursive: true, force: true })
