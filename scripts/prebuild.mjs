@@ -18,7 +18,7 @@
 // compiled once per variant.
 import { execFileSync } from 'node:child_process'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs'
-import { basename, dirname, join } from 'node:path'
+import { basename, dirname, join, relative } from 'node:path'
 import { ensurePrerequisites, root } from './native.mjs'
 import { ensureVendored } from './vendor.mjs'
 
@@ -74,8 +74,18 @@ if (!rustTarget && triple !== 'linux-x64-gnu' && triple !== 'linux-arm64-gnu') {
   process.exit(0)
 }
 const windows = triple.startsWith('win32')
-const pkgDir = join(root, 'npm', triple)
-const targetDir = join(root, 'target', 'prebuilt')
+// `--variants haswell[,…]`: only these CPU variants (patch 0008), in a
+// target dir and an addon folder of their own (target/prebuilt-<tags>/package),
+// never the package folder: CI's suites on the AVX2 variant of an AVX-512
+// machine, without compiling llama.cpp's CPU code once per variant.
+const variantsArg = process.argv.indexOf('--variants')
+const only = variantsArg > 0 ? process.argv[variantsArg + 1] || '' : null
+if (only !== null && !/^[a-z0-9_.]+(,[a-z0-9_.]+)*$/.test(only)) {
+  console.error('npm run prebuild -- --variants: comma-separated CPU variant tags (haswell, skylakex, …; docs/packaging.md)')
+  process.exit(1)
+}
+const targetDir = join(root, 'target', only ? `prebuilt-${only.replace(/,/g, '-')}` : 'prebuilt')
+const pkgDir = only ? join(targetDir, 'package') : join(root, 'npm', triple)
 const releaseDir = rustTarget ? join(targetDir, rustTarget, 'release') : join(targetDir, 'release')
 
 // What a cross build needs from the Debian cross toolchains: the C/C++
@@ -150,8 +160,14 @@ execFileSync('cargo', cargoArgs, {
   // machine-specific code in the addon or in llama.cpp (GGML_NATIVE=OFF).
   // No OpenSSL either: llama.cpp's common library would link libssl for
   // downloads the engine never makes.
-  env: { ...process.env, ...cross, RUSTFLAGS: '', CMAKE_DISABLE_FIND_PACKAGE_OpenSSL: 'TRUE' },
+  env: { ...buildEnv(), ...cross, RUSTFLAGS: '', CMAKE_DISABLE_FIND_PACKAGE_OpenSSL: 'TRUE' },
 })
+function buildEnv() {
+  const env = { ...process.env }
+  delete env.GGML_CPU_VARIANTS
+  if (only) env.GGML_CPU_VARIANTS = only
+  return env
+}
 
 // llama-cpp-sys-2's output: lib/ or bin/ (libllama, libggml, libggml-base,
 // …) and backends/ (the CPU back end per variant), from the newest build.
@@ -237,14 +253,17 @@ const allowed = windows
 const extra = [...system].filter((n) => !allowed.test(n))
 if (extra.length) throw new Error(`the prebuilt addon would need ${extra.join(', ')} on the user's machine`)
 
-const pkg = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'))
 const rootPkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'))
+const pkg = only ? { name: `the addon with CPU variants ${only}`, version: rootPkg.version } : JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'))
 if (pkg.version !== rootPkg.version) throw new Error(`npm/${triple}/package.json version ${pkg.version} != ${rootPkg.version}`)
+if (only && variants.map((v) => variantName.exec(v)[1]).sort().join(',') !== only.split(',').sort().join(',')) {
+  throw new Error(`--variants ${only}: built ${variants.join(', ') || 'no variant'} (is every tag one of ggml's?)`)
+}
 
 const files = readdirSync(pkgDir).filter(isLib)
 const mb = files.reduce((s, f) => s + statSync(join(pkgDir, f)).size, 0) / 1048576
 console.log(
-  `llama-engine: ${pkg.name} in npm/${triple}/: ${basename(addon)}, ${[...copied].join(', ')}, ` +
+  `llama-engine: ${pkg.name} in ${relative(root, pkgDir)}/: ${basename(addon)}, ${[...copied].join(', ')}, ` +
     `${variants.length} CPU variants (${variants.map((v) => variantName.exec(v)[1]).join(', ')}); ` +
     `${mb.toFixed(1)} MiB; system libraries: ${[...system].sort().join(', ')}; ${((Date.now() - t0) / 1000).toFixed(0)} s`,
 )

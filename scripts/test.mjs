@@ -5,9 +5,14 @@
 // chi-square runs): what CI runs. `npm run test:real` runs the real-model
 // suites instead (__test__/real/*.real.js and the agent clients on
 // Qwen2.5-Coder-1.5B-Instruct; `npm run models -- --real` fetches them, and
-// this does when they are missing). Extra arguments go to Jest.
+// this does when they are missing). `npm run test:variant` runs the suites
+// whose assertions rest on what a model writes again on another CPU class:
+// the portable addon built with one x86-64 variant (`npm run prebuild --
+// --variants`), forced with LLAMA_ENGINE_CPU_VARIANT: AVX2 (`haswell`) on an
+// AVX-512 machine, AVX (`sandybridge`) on an AVX2 one. Extra arguments go to
+// Jest.
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ensureReady } from './ensure-ready.mjs'
@@ -16,7 +21,13 @@ import { root } from './native.mjs'
 const args = process.argv.slice(2)
 const full = args.includes('--full')
 const real = args.includes('--real')
-const jestArgs = args.filter((a) => a !== '--full' && a !== '--real')
+const variant = args.includes('--variant')
+const jestArgs = args.filter((a) => a !== '--full' && a !== '--real' && a !== '--variant')
+// What test:variant runs on the other CPU class (quick matrices): every suite
+// that reads what the model wrote (calls, structured output, chats, fills),
+// the bit-exactness of speculation, which each variant owes itself, and
+// status() naming the variant that computed.
+const VARIANT_SUITES = ['install', 'exactness', 'families', 'tools', 'chat', 'structured', 'complete', 'parallel', 'controller', 'lora', 'responses', 'openai', 'anthropic', 'infill']
 const REAL_CLIENTS_MODEL = join(process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models'), 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')
 
 function run(cmd, argv, env = {}) {
@@ -25,7 +36,8 @@ function run(cmd, argv, env = {}) {
 }
 
 ensureReady({ real })
-if (!real) run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
+const variantEnv = variant ? variantAddon() : {}
+if (!real && !variant) run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
 // The self-check's verdicts kept across the run's processes, in a directory
 // of its own: each run starts from none (what the user's cache holds does
 // not change what the suites see).
@@ -35,11 +47,29 @@ const env = {
   ...(cache ? { LLAMA_ENGINE_CACHE_DIR: cache } : {}),
   ...(real ? { LLAMA_ENGINE_CLIENTS_MODEL: process.env.LLAMA_ENGINE_CLIENTS_MODEL || REAL_CLIENTS_MODEL } : {}),
 }
-const select = real ? ['--testMatch', '**/__test__/real/**/*.real.js', '**/__test__/clients.test.js'] : []
+const select = real
+  ? ['--testMatch', '**/__test__/real/**/*.real.js', '**/__test__/clients.test.js']
+  : variant && !jestArgs.some((a) => !a.startsWith('-'))
+    ? VARIANT_SUITES.map((name) => `__test__/${name}\\.test\\.js$`)
+    : []
 const jest = spawnSync(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...select, ...jestArgs], {
   cwd: root,
   stdio: 'inherit',
-  env: { ...process.env, ...env },
+  env: { ...process.env, ...env, ...variantEnv },
 })
 if (cache) rmSync(cache, { recursive: true, force: true })
 if (jest.status !== 0) process.exit(jest.status ?? 1)
+
+/** Builds the portable addon with one CPU variant below this machine's best; the environment that loads it. */
+function variantAddon() {
+  if (process.arch !== 'x64' || process.platform !== 'linux') {
+    console.error('npm run test:variant: x86-64 Linux only (the other platforms are checked by npm run test:platforms)')
+    process.exit(1)
+  }
+  const flags = (readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:(.*)$/m) || ['', ''])[1].split(/\s+/)
+  const tag = process.env.LLAMA_ENGINE_TEST_VARIANT || (flags.includes('avx512f') ? 'haswell' : flags.includes('avx2') ? 'sandybridge' : 'x64')
+  run(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--variants', tag])
+  const addon = join(root, 'target', `prebuilt-${tag}`, 'package', 'llama-engine.linux-x64-gnu.node')
+  console.log(`llama-engine: the suites on CPU variant ${tag} (${addon})`)
+  return { LLAMA_ENGINE_ADDON: addon, LLAMA_ENGINE_CPU_VARIANT: tag }
+}

@@ -19,7 +19,7 @@
 // no longer applies stops it with the file and the hunk.
 import { createHash } from 'node:crypto'
 import { execFileSync } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
 import { homedir, tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -137,6 +137,23 @@ export function applyPatch(dir, text, name) {
   }
 }
 
+/**
+ * Gives every file of `into` that is byte for byte the one in `from` the
+ * older file's times, so that a new or changed patch makes cargo and CMake
+ * rebuild what it touches, not all of llama.cpp.
+ */
+function keepTimes(from, into) {
+  for (const name of readdirSync(into)) {
+    const a = join(from, name)
+    const b = join(into, name)
+    const sb = lstatSync(b)
+    if (!existsSync(a)) continue
+    const sa = lstatSync(a)
+    if (sb.isDirectory() && sa.isDirectory()) keepTimes(a, b)
+    else if (sb.isFile() && sa.isFile() && sa.size === sb.size && readFileSync(a).equals(readFileSync(b))) utimesSync(b, sa.atime, sa.mtime)
+  }
+}
+
 export function ensureVendored() {
   const want = stamp()
   if (existsSync(stampFile) && readFileSync(stampFile, 'utf8').trim() === want) return false
@@ -145,6 +162,7 @@ export function ensureVendored() {
   extract(tmp)
   for (const f of patchFiles()) applyPatch(tmp, readFileSync(join(patchDir, f), 'utf8'), f)
   writeFileSync(join(tmp, '.vendor-stamp'), `${want}\n`)
+  if (existsSync(vendorDir)) keepTimes(vendorDir, tmp)
   rmSync(vendorDir, { recursive: true, force: true })
   mkdirSync(dirname(vendorDir), { recursive: true })
   renameSync(tmp, vendorDir)
