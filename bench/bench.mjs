@@ -1139,12 +1139,15 @@ if (sections.has('fim')) {
   const since = Date.now()
   console.log(`\n## fim: fill-in-the-middle, ${process.env.BENCH_FIM_MODEL || 'Qwen2.5-Coder-0.5B-Instruct Q4_K_M'}, greedy, to the model's end (at most ${N} tokens)`)
   const orders = readFileSync(join(root, 'bench', 'fixtures', 'summarize-orders.js'), 'utf8').split('\n').slice(1).join('\n').trimEnd()
-  const cut = orders.indexOf('\n', orders.indexOf('{')) + 1
+  // The loop of the function: from its first line to the line after it.
+  const loopAt = orders.indexOf('  for (const order of orders) {\n')
+  const loopEnd = orders.indexOf('  const tax = ')
   const TASKS = {
-    // The gap is a function another file of the project already has.
+    // The gap is the loop of a function another file of the project
+    // already has (the body the editor's user is writing again).
     'copy from a project file': {
-      input_prefix: orders.slice(0, cut),
-      input_suffix: '\n\nmodule.exports = { summarizeOrders }\n',
+      input_prefix: orders.slice(0, loopAt),
+      input_suffix: `${orders.slice(loopEnd)}\n\nmodule.exports = { summarizeOrders }\n`,
       input_extra: [{ filename: 'legacy/summarize-orders.js', text: orders }],
     },
     // The gap repeats a pattern the suffix spells out.
