@@ -76,9 +76,12 @@ describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', 
     expect(s.batchInvariance).toMatch(/attention over 600 and 4200 cells identical alone, batched and on other thread counts/)
   })
 
+  // The code prompt in every mode; the others (test:full) in the modes
+  // with the longest drafts, the tree and auto.
   test.each(matrix(Object.keys(PROMPTS), ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
     const n = 64
-    const drafted = await expectBitExact(engine, PROMPTS[name], Object.keys(MODES), n)
+    const modes = name === 'code' ? Object.keys(MODES) : ['ngram n48', 'suffix n16', 'draft n16', 'tree 4x6', 'auto']
+    const drafted = await expectBitExact(engine, PROMPTS[name], modes, n)
     expect(drafted).toBeGreaterThan(n)
   }, 600000)
 })
@@ -106,7 +109,7 @@ describe.each(
 
   test('self-check passed; long fixed drafts, a tree and auto give the same tokens and probabilities as "off"', async () => {
     expect(engine.status().batchInvariant).toBe(true)
-    const drafted = await expectBitExact(engine, PROMPTS.code, ['ngram n16', 'ngram n48', 'draft n16', 'tree 4x6', 'auto'], 64)
+    const drafted = await expectBitExact(engine, PROMPTS.code, ['ngram n48', 'draft n16', 'tree 4x6', 'auto'], 64)
     expect(drafted).toBeGreaterThan(64)
   }, 600000)
 })
@@ -126,7 +129,6 @@ function longPrompt(words) {
 describe.each(
   matrix(
     [
-      ['SmolLM2 Q4_1, ~1,300-token prompt', TARGET, DRAFT, 1200],
       ['SmolLM2 Q4_1, ~4,300-token prompt', TARGET, DRAFT, 3900],
       ['gemma-3 Q4_K_M, ~4,300-token prompt', GEMMA, GEMMA_DRAFT, 3900],
     ],

@@ -55,7 +55,7 @@ describe('damaged model files', () => {
   })
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
 
-  const size = matrix({ truncations: 60, flips: 240 }, { truncations: 8, flips: 14 })
+  const size = matrix({ truncations: 30, flips: 120 }, { truncations: 8, flips: 14 })
 
   for (const [arch, source] of [
     ['llama', TARGET],
@@ -110,7 +110,7 @@ describe('damaged model files', () => {
       { name: 'adapter.type not lora', write: (f) => fs.writeFileSync(f, replaced(kv('adapter.type').valueAt + 8, 'xora')()) },
       { name: 'a weight the model lacks', write: (f) => fs.writeFileSync(f, replaced(tensorName, 'bla')()) },
     ]
-    const loraSize = matrix({ truncations: 30, flips: 90 }, { truncations: 4, flips: 6 })
+    const loraSize = matrix({ truncations: 15, flips: 45 }, { truncations: 4, flips: 6 })
     const cases = [{ name: 'undamaged', write: (f) => fs.copyFileSync(ADAPTER, f) }, ...hostile, ...damagedFiles(ADAPTER, { ...loraSize, seed: 3 })]
     const files = cases.map((c, i) => {
       const f = path.join(dir, `lora-${i}.gguf`)

@@ -2,7 +2,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, matrix, user, run } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, user, run } = require('./helpers')
 
 // A request's input: a chat (rendered with the model's template) or a plain prompt.
 const ask = (text) => ({ messages: user(text) })
@@ -62,23 +62,11 @@ describe('draft compatibility', () => {
   })
 })
 
-// The F16 pair (test:full): the chat list and the code prompt (F16 is
-// compared bit for bit on more prompts, probabilities too, by
-// exactness.test.js).
-const SOME_PROMPTS = [0, 7].map((i) => [i, PROMPTS[i]])
+// F16 targets are compared bit for bit (probabilities too, with drafts)
+// in exactness.test.js's quantization matrix.
 const IDENTITY_PROMPTS = matrix(PROMPTS.map((p, i) => [i, p]), [0, 6].map((i) => [i, PROMPTS[i]]))
 
-describe.each(
-  matrix(
-    [
-      ['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS],
-      // F16 is also compared bit for bit (probabilities too) in
-      // exactness.test.js; here, on the quick prompts (it is the slowest).
-      ['F16 target + Q2_K draft', F16, SOME_PROMPTS],
-    ],
-    [['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS]],
-  ),
-)('greedy identity: %s', (_name, target, prompts) => {
+describe.each([['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS]])('greedy identity: %s', (_name, target, prompts) => {
   let engine
   beforeAll(async () => {
     engine = await LlamaEngine.load({ modelPath: target, draftModelPath: DRAFT, contextSize: 2048, threads: 2 })
