@@ -4,7 +4,7 @@
 // matrix in full (all quantization types, prompts and seeds, the
 // chi-square runs): what CI runs. `npm run test:real` runs the real-model
 // suites instead (__test__/real/*.real.js and the agent clients on
-// Qwen2.5-Coder-1.5B-Instruct; `npm run models -- --real` fetches them, and
+// Qwen2.5-Coder-0.5B-Instruct, LLAMA_ENGINE_CLIENTS_MODEL for another; `npm run models -- --real` fetches them, and
 // this does when they are missing). `npm run test:variant` runs the suites
 // whose assertions rest on what a model writes again on another CPU class:
 // the portable addon built with one x86-64 variant (`npm run prebuild --

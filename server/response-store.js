@@ -15,7 +15,7 @@
 const fs = require('node:fs')
 const path = require('node:path')
 const { createHash } = require('node:crypto')
-const { newId } = require('./util.js')
+const { isObject, newId } = require('./util.js')
 
 const DEFAULT_MAX = 1000
 const DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -24,7 +24,6 @@ const MAGIC = 'llama-engine responses 1'
 // written together).
 const WRITE_DELAY_MS = 200
 
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v)
 const isId = (v) => typeof v === 'string' && v.length > 0 && v.length <= 256
 
 class ResponseStore {
