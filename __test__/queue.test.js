@@ -42,6 +42,20 @@ describe('queue', () => {
   })
 })
 
+describe('status() after a request', () => {
+  test('as its promise settles, status() already shows what the request left (its slot, its cached tokens)', async () => {
+    // A one-token request starts and ends within one engine step; status()
+    // once reported the step before it (a prompt-cache hit missing, the
+    // slot's previous prompt) when the host read it at once.
+    for (let i = 1; i <= 24; i++) {
+      const r = await engine.complete({ prompt: `Item ${i}: ${'a b c '.repeat(i)}`, n_predict: 1, temperature: 0, speculative: { mode: 'off' } })
+      const st = engine.status()
+      expect(st.slots[0]).toMatchObject({ busy: false, cachedTokens: r.tokens_evaluated })
+      expect(st.tokensCached).toBe(r.tokens_evaluated)
+    }
+  })
+})
+
 describe('abort and cancel', () => {
   test('AbortSignal mid-generation stops within one step and keeps the text so far', async () => {
     const ac = new AbortController()

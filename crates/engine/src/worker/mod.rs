@@ -318,9 +318,14 @@ impl<'m> Worker<'m> {
 
     /// Ends slot `i`'s request: its result goes to its sink after its last
     /// event; the draft model's controller is kept for the next request.
+    /// What `status()` reports is published first: a caller that reads it
+    /// once the promise settles sees this request's prompt-cache hit and
+    /// slot (a short request can start and end within one step, before the
+    /// step's own publication).
     fn finish(&mut self, i: usize, stop: Stop) {
         self.slots[i].wait = None;
         let Some(r) = self.slots[i].request.take() else { return };
+        self.publish();
         self.shared.request_ended(r.id());
         if r.save_target().is_some() {
             self.finish_save(i, *r, stop);
