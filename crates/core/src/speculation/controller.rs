@@ -41,6 +41,26 @@ pub const SETUP_HORIZON: f64 = 32.0;
 const OPTIMISM: f64 = 1.0;
 /// The bound never promises certainty.
 const MAX_RATE: f64 = 0.98;
+/// A cautious controller (a draft model the request did not name: `auto`)
+/// tries its drafter only when drafts accepted at [`EXPLORE_RATE`] per
+/// token (a good same-family pair, confidence-gated; or at the acceptance
+/// measured, once its drafts were judged) would speed the step up by at
+/// least [`EXPLORE_GAIN`] at the measured costs, in [`EXPLORE_STREAK`]
+/// decisions running. Below that, what the drafter could win at best
+/// cannot pay for finding out whether it does (the first drafts, the
+/// probes): on 2 cores a 0.5B draft beside its 1.5B target costs 0.4-0.5
+/// of a target step per token and gains ~13 % at 90 % acceptance, while
+/// finding out cost 13-22 % of a 96-token answer.
+const EXPLORE_RATE: f64 = 0.9;
+const EXPLORE_GAIN: f64 = 1.2;
+/// A batch size's cost is a running estimate: one noisy measurement can
+/// lift the upside over the bar for a step or two.
+const EXPLORE_STREAK: usize = 4;
+/// Decisions a cautious controller watches the costs before it may try its
+/// drafter: a fresh engine's first steps run slower than it will (weights
+/// paged in, caches cold) and the target's price settles over about this
+/// many (running averages of weight 0.2).
+const CAUTION_STEPS: usize = 16;
 
 /// A draft model's token classes: how sure it was of the token (its
 /// probability), the lowest probability of each bucket. How sure the draft
@@ -103,6 +123,19 @@ pub struct DraftController {
     /// the step's joint trim dropped it. The time was spent all the same,
     /// so it weighs against the next one (decayed; 0 before any is seen).
     empty: f64,
+    /// Leaves the drafter out unless it can pay well (see
+    /// [`EXPLORE_GAIN`]).
+    cautious: bool,
+    /// The lowest cost per token of a step it has seen priced (ms): the
+    /// machine at its best, as when the drafter's cost was measured (at
+    /// load, alone). The upside is judged at that speed: a spell of slow
+    /// steps raises the target's price, not yet the drafter's, and must
+    /// not make the drafter look cheap.
+    best_ms_per_token: f64,
+    /// Decisions it has judged the upside in, and how many in a row found
+    /// it large enough.
+    upside_seen: usize,
+    upside_streak: usize,
 }
 
 impl DraftController {
@@ -129,6 +162,10 @@ impl DraftController {
             probing: false,
             exploring: false,
             empty: 0.0,
+            cautious: false,
+            best_ms_per_token: f64::INFINITY,
+            upside_seen: 0,
+            upside_streak: 0,
         }
     }
 
@@ -141,6 +178,14 @@ impl DraftController {
     pub fn with_loss_check(mut self, on: bool) -> Self {
         self.check_loss = on;
         self
+    }
+
+    /// Cautious: drafts made at a cost are tried only when they could pay
+    /// well (see [`EXPLORE_GAIN`]). For a drafter the request did not name
+    /// (`auto`), which must never make decoding slower; a named one is
+    /// tried and judged by what it does.
+    pub fn set_cautious(&mut self, on: bool) {
+        self.cautious = on;
     }
 
     /// Keeps acceptance per token class as well as per position, for drafts
@@ -404,6 +449,46 @@ impl DraftController {
         (1..=self.n_max.min(price.max_k())).map(|k| price.rate(k, k as f64 + 1.0, cd * k as f64) / base).fold(0.0, f64::max)
     }
 
+    /// The best speed-up of the step if each drafted token were accepted
+    /// with probability `rate` (given the ones before it were).
+    pub fn gain_at(&self, price: Option<&StepPrice>, draft_cost_ms: Option<f64>, rate: f64) -> f64 {
+        let (Some(price), Some(cd)) = (price, draft_cost_ms.or(self.draft_ms)) else {
+            return f64::INFINITY;
+        };
+        let base = price.base_rate();
+        let (mut run, mut total, mut best) = (1.0, 1.0, 0.0f64);
+        for k in 1..=self.n_max.min(price.max_k()) {
+            run *= rate;
+            total += run;
+            best = best.max(price.rate(k, total, cd * k as f64) / base);
+        }
+        best
+    }
+
+    /// Whether a cautious controller's drafter could pay enough to be
+    /// tried (see [`set_cautious`](Self::set_cautious)), once the costs had
+    /// steps to settle. Judged at the machine's best speed seen (as the
+    /// drafter's cost was, at load), so that a spell of slow steps, which
+    /// raises the target's price and not yet the drafter's, does not make
+    /// the drafter look cheap.
+    fn worth_trying(&mut self, price: Option<&StepPrice>) -> bool {
+        if !self.cautious {
+            return true;
+        }
+        let Some(price) = price else { return true }; // nothing measured yet to judge by
+        let per_token = price.ms_per_token();
+        if !(per_token.is_finite() && per_token > 0.0) {
+            return false;
+        }
+        self.best_ms_per_token = self.best_ms_per_token.min(per_token);
+        self.upside_seen += 1;
+        let at_best = price.scaled(self.best_ms_per_token / per_token);
+        let measured = if self.reached.first().is_some_and(|&r| r > 0.0) { self.rates(1)[0] } else { 0.0 };
+        let large = self.gain_at(Some(&at_best), None, EXPLORE_RATE.max(measured)) >= EXPLORE_GAIN;
+        self.upside_streak = if large { self.upside_streak + 1 } else { 0 };
+        self.upside_seen > CAUTION_STEPS && self.upside_streak >= EXPLORE_STREAK
+    }
+
     /// The length to draft this step. `available` caps it (what the drafter
     /// can offer, the room left in the context, the tokens left to predict).
     pub fn next_length(&mut self, price: Option<&StepPrice>, available: usize) -> usize {
@@ -445,6 +530,9 @@ impl DraftController {
         self.probing = false;
         self.exploring = false;
         if self.adaptive && self.ceiling(price, None) < 1.0 {
+            return 0;
+        }
+        if self.adaptive && made && !self.worth_trying(price) {
             return 0;
         }
         let classified = classes.is_some() && !self.class_reached.is_empty();
@@ -703,6 +791,73 @@ mod tests {
             c.observe_acceptance(4, 3);
         }
         assert_eq!(c.plan(alone(&cpu_costs()).as_ref(), None).0, 0);
+    }
+
+    /// Qwen2.5-Coder-1.5B (Q4_K_M) as measured here on 2 threads: a batch
+    /// of 1..4 tokens; its 0.5B draft at 37.6-50 ms a token.
+    fn coder_costs() -> BatchCost {
+        coder_costs_scaled(1.0)
+    }
+
+    fn coder_costs_scaled(scale: f64) -> BatchCost {
+        let mut c = BatchCost::new(17);
+        for (n, ms) in [(1, 97.0), (2, 132.0), (3, 162.0), (4, 196.0), (8, 330.0)] {
+            c.observe(n, ms * scale);
+        }
+        c
+    }
+
+    #[test]
+    fn a_cautious_controller_leaves_out_a_draft_model_whose_best_case_is_small() {
+        let costs = coder_costs();
+        let price = alone(&costs);
+        let cautious = |draft_ms: f64| {
+            let mut c = DraftController::new(8, true, 0.7).with_confidence_classes(&CONFIDENCE_BUCKETS, &CONFIDENCE_PRIORS);
+            c.observe_draft_cost(1, draft_ms);
+            c.set_cautious(true);
+            c
+        };
+        for draft_ms in [37.6, 45.0, 50.0] {
+            let mut c = cautious(draft_ms);
+            assert!(c.gain_at(price.as_ref(), None, 0.9) < 1.2);
+            // Named (`draft`): tried from the start, as before.
+            let mut named = c.clone();
+            named.set_cautious(false);
+            assert!(named.next_length_with_setup(price.as_ref(), 8, 0.0) > 0, "{draft_ms} ms");
+            // In `auto`: neither tried nor probed, however long it waits.
+            let drafted = (0..200).filter(|_| c.next_length_with_setup(price.as_ref(), 8, 0.0) > 0).count();
+            assert_eq!(drafted, 0, "{draft_ms} ms");
+            // Unless its measured acceptance (a kept controller's, ~98 %
+            // here) says drafts would pay well: at 37.6 ms they would
+            // (1.35x), at 50 ms not even then (1.09x).
+            for _ in 0..40 {
+                c.observe_acceptance(8, 8);
+            }
+            let tried = (0..10).any(|_| c.next_length_with_setup(price.as_ref(), 8, 0.0) > 0);
+            assert_eq!(tried, draft_ms < 40.0, "{draft_ms} ms: gain {}", c.gain_at(price.as_ref(), None, c.accept_rate(0)));
+        }
+        // A spell of slow steps (the target's price up a third, the draft's
+        // not yet) does not make the draft model look cheap.
+        let mut c = cautious(36.5);
+        for _ in 0..20 {
+            assert_eq!(c.next_length_with_setup(price.as_ref(), 8, 0.0), 0);
+        }
+        let slowed = alone(&coder_costs_scaled(1.33));
+        assert!(c.gain_at(slowed.as_ref(), None, 0.9) >= 1.2);
+        assert!((0..20).all(|_| c.next_length_with_setup(slowed.as_ref(), 8, 0.0) == 0));
+        // Nor do a fresh engine's first steps, slowed.
+        let mut c = cautious(36.5);
+        let cold = alone(&coder_costs_scaled(1.6));
+        let tried = (0..40).filter(|&i| c.next_length_with_setup(if i < 12 { cold.as_ref() } else { price.as_ref() }, 8, 0.0) > 0).count();
+        assert_eq!(tried, 0);
+        // A cheap draft (the F32 target's Q4_1, 9.6 ms against 27.4) is
+        // tried in `auto` too, once the costs settled.
+        let costs = pair_costs(1.0);
+        let mut c = cautious(9.6);
+        assert!(c.gain_at(alone(&costs).as_ref(), None, 0.9) >= 1.2);
+        let first: Vec<usize> = (0..20).map(|_| c.next_length_with_setup(alone(&costs).as_ref(), 8, 0.0)).collect();
+        assert!(first[..16].iter().all(|&k| k == 0), "it watches the costs settle first: {first:?}");
+        assert!(first[16..].iter().all(|&k| k > 0), "then it drafts: {first:?}");
     }
 
     #[test]

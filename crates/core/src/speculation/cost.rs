@@ -255,6 +255,17 @@ impl StepPrice {
     pub fn ms_per_token(&self) -> f64 {
         self.base_ms / self.base_tokens
     }
+
+    /// This price with every cost times `factor` (the same step on a
+    /// machine that much faster or slower).
+    pub fn scaled(&self, factor: f64) -> StepPrice {
+        let factor = if factor.is_finite() && factor > 0.0 { factor } else { 1.0 };
+        StepPrice {
+            base_tokens: self.base_tokens,
+            base_ms: self.base_ms * factor,
+            extra_ms: self.extra_ms.iter().map(|x| x * factor).collect(),
+        }
+    }
 }
 
 /// What drafting costs in the step being planned, for one request.

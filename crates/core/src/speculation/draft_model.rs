@@ -14,8 +14,10 @@ pub const ENTRY: DrafterEntry =
 
 fn make<'m>(e: &DrafterEntry, host: &mut dyn DrafterHost<'m>) -> Option<(Box<dyn Drafter + 'm>, DraftController)> {
     let drafter = host.draft_model()?;
-    let ctl = host.kept_controller(e.name).unwrap_or_else(|| {
+    let mut ctl = host.kept_controller(e.name).unwrap_or_else(|| {
         DraftController::new(host.n_max(), host.adaptive(), e.prior).with_confidence_classes(&CONFIDENCE_BUCKETS, &CONFIDENCE_PRIORS)
     });
+    // A kept controller may come from a request that named the draft model.
+    ctl.set_cautious(host.in_auto());
     Some((drafter, ctl))
 }

@@ -46,6 +46,10 @@ pub trait DrafterHost<'m> {
     /// The request's `speculative.n_max` and `adaptive`.
     fn n_max(&self) -> usize;
     fn adaptive(&self) -> bool;
+    /// Whether the request's mode is `auto` (it named no drafter): drafters
+    /// that cost time are then only tried where they can pay well
+    /// (`DraftController::set_cautious`).
+    fn in_auto(&self) -> bool;
     /// The request's constraint (a schema, a tool call, a grammar), shared
     /// with its sampler.
     fn constraint(&self) -> Option<Rc<RefCell<Constraint>>>;

@@ -138,6 +138,9 @@ mod tests {
         fn adaptive(&self) -> bool {
             true
         }
+        fn in_auto(&self) -> bool {
+            true
+        }
         fn constraint(&self) -> Option<Rc<RefCell<Constraint>>> {
             let schema = json!({ "type": "object", "properties": { "a": { "type": "integer" } }, "required": ["a"] });
             let (env, _) = crate::sampling::constraint::fixtures::env();

@@ -310,6 +310,10 @@ impl<'m> DrafterHost<'m> for Host<'_, 'm> {
         self.spec.adaptive
     }
 
+    fn in_auto(&self) -> bool {
+        self.spec.mode == SpecMode::Auto
+    }
+
     fn constraint(&self) -> Option<Rc<RefCell<Constraint>>> {
         self.constraint.clone()
     }
