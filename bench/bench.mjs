@@ -32,6 +32,9 @@
 //             0006, on by default) gives on K-quant models: plain decoding,
 //             prompt evaluation and batch costs with it on and off
 //             (GGML_CPU_TILED_MM=0), alternating processes (bench/probe.mjs).
+//   sequence  three ~1,600-token never-seen prompts one after the other in one
+//             process (bench/prefill.mjs engine-sequence), each timed: none
+//             may take much longer than the others (BENCH_SEQUENCE_MODEL).
 //   prefill   long never-seen prompts (three of ~2,000 tokens, one of ~4,000):
 //             time to first token and prefill tokens/s, then decode tokens/s
 //             after the prompt, each run in its own process, implementations
@@ -87,7 +90,7 @@ const REPEATS = Number(process.env.BENCH_REPEATS || 3)
 const CONTEXT = 2048
 const { platformTriple } = (await import('../lib/addon/loader.js')).default
 const PREBUILT = join(root, 'npm', platformTriple(), `llama-engine.${platformTriple()}.node`)
-const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,prefill,tiled,contention,isolation,agentic${existsSync(join(models, 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')) ? ',fim' : ''}${existsSync(PREBUILT) ? ',prebuilt' : ''}`
+const defaultSections = `binding,draft,pair,ngram,structured,parallel,prefix,sequence,prefill,tiled,contention,isolation,agentic${existsSync(join(models, 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')) ? ',fim' : ''}${existsSync(PREBUILT) ? ',prebuilt' : ''}`
 const sections = new Set((process.env.BENCH_SECTIONS || defaultSections).split(',').map((s) => s.trim()))
 
 // A chat request's input (rendered with the model's own template).
@@ -895,20 +898,46 @@ if (sections.has('tiled')) {
   results.tiled = rows
 }
 
+// Never-seen text for the long-prompt sections: words drawn by a seeded
+// generator (no cache, no n-gram can know it); ~1,800 words are ~2,000
+// SmolLM2 tokens.
+function neverSeenText(seed, nWords) {
+  const WORDS = 'river stone market bright quietly harbour engine silver winter garden letter orange mountain whisper ancient copper lantern forest gentle thunder velvet ribbon marble candle shadow meadow crystal falcon canyon breeze'.split(' ')
+  let x = (seed * 2654435761) % 4294967296
+  const rnd = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648
+  return Array.from({ length: nWords }, () => WORDS[Math.floor(rnd() * WORDS.length)] + (rnd() < 0.1 ? '.' : '')).join(' ')
+}
+
+// sequence: three long prompts one after the other in one process, each
+// timed (the second once took twice as long as the others).
+if (sections.has('sequence')) {
+  console.log('\n## sequence: three ~1,600-token never-seen prompts in one process, one after the other')
+  const dir = join(root, 'bench-results', 'sequence')
+  mkdirSync(dir, { recursive: true })
+  const files = [11, 12, 13].map((seed) => {
+    const file = join(dir, `prompt-${seed}.txt`)
+    writeFileSync(file, neverSeenText(seed, 1400))
+    return file
+  })
+  const model = join(models, process.env.BENCH_SEQUENCE_MODEL || 'SmolLM2-135M-Instruct.Q4_1.gguf')
+  const rows = []
+  for (let r = 0; r < REPEATS; r++) {
+    const out = execFileSync(process.execPath, [join(root, 'bench', 'prefill.mjs'), 'engine-sequence', model, files.join(','), '32'], { cwd: root, encoding: 'utf8' })
+    const runs = out.trim().split('\n').map((l) => JSON.parse(l))
+    rows.push({ repeat: r + 1, tokens: runs.map((x) => x.prompt_tokens).join(' / '), 'time to first token (ms)': runs.map((x) => fmt(x.ttft_ms, 0)).join(' / '), 'slowest / fastest': fmt(Math.max(...runs.map((x) => x.ttft_ms)) / Math.min(...runs.map((x) => x.ttft_ms)), 2) })
+  }
+  table(rows, ['repeat', 'tokens', 'time to first token (ms)', 'slowest / fastest'])
+  results.sequence = rows
+}
+
 if (sections.has('prefill')) {
   const since = Date.now()
   console.log('\n## prefill: long never-seen prompts, time to first token and decode after it (each run its own process, alternated)')
   const dir = join(root, 'bench-results', 'prefill')
   mkdirSync(dir, { recursive: true })
-  // Never-seen text: words drawn by a seeded generator (no cache, no n-gram
-  // can know it); ~1,800 words are ~2,000 SmolLM2 tokens.
-  const WORDS = 'river stone market bright quietly harbour engine silver winter garden letter orange mountain whisper ancient copper lantern forest gentle thunder velvet ribbon marble candle shadow meadow crystal falcon canyon breeze'.split(' ')
   const prompts = [1, 2, 3, 4].map((seed) => {
-    let x = (seed * 2654435761) % 4294967296
-    const rnd = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648
-    const words = Array.from({ length: seed === 4 ? 3600 : 1800 }, () => WORDS[Math.floor(rnd() * WORDS.length)] + (rnd() < 0.1 ? '.' : ''))
     const file = join(dir, `prompt-${seed}.txt`)
-    writeFileSync(file, words.join(' '))
+    writeFileSync(file, neverSeenText(seed, seed === 4 ? 3600 : 1800))
     return file
   })
   // node-llama-cpp, for the bench only.

@@ -3,6 +3,13 @@
 // after it.
 //
 //   node bench/prefill.mjs engine|node-llama-cpp MODEL PROMPT_FILE N_GEN
+//   node bench/prefill.mjs engine-sequence MODEL FILE,FILE,... N_GEN
+//
+// `engine-sequence` (section `sequence`): the prompts one after the other in
+// one process and one engine (4,096-cell context, default batch), after a
+// 4-token warm-up; one JSON line per prompt. Each prompt must take about as
+// long as the others: the second once took twice as long (the thread
+// governor's trial of one thread ran its whole prefill).
 //
 // `engine` loads this repository (LLAMA_ENGINE_ADDON picks another addon);
 // `node-llama-cpp` loads the package bench/package.json installs. Both get
@@ -15,7 +22,7 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const [impl, model, file, nGenArg] = process.argv.slice(2)
-const prompt = readFileSync(file, 'utf8')
+const prompt = impl === 'engine-sequence' ? '' : readFileSync(file, 'utf8')
 const nGen = Number(nGenArg || 128)
 const threads = Number(process.env.BENCH_THREADS || 2)
 const here = dirname(fileURLToPath(import.meta.url))
@@ -45,6 +52,22 @@ if (impl === 'engine') {
   )
   report(res.tokens_evaluated, first, performance.now() - start, res.tokens_predicted)
   await engine.dispose()
+} else if (impl === 'engine-sequence') {
+  const { LlamaEngine } = createRequire(import.meta.url)(join(here, '..'))
+  const engine = await LlamaEngine.load({ modelPath: model, contextSize: 4096, threads })
+  await engine.complete({ prompt: 'Hi', n_predict: 4, temperature: 0 })
+  for (const f of file.split(',')) {
+    const start = performance.now()
+    let first = 0
+    const res = await engine.complete(
+      { prompt: readFileSync(f, 'utf8'), n_predict: nGen, temperature: 0, ignore_eos: true, cache_prompt: false, speculative: { mode: 'off' } },
+      (ev) => {
+        if (!first && ev.type === 'token') first = performance.now() - start
+      },
+    )
+    report(res.tokens_evaluated, first, performance.now() - start, res.tokens_predicted)
+  }
+  await engine.dispose()
 } else if (impl === 'node-llama-cpp') {
   const { getLlama, LlamaCompletion } = await import(createRequire(join(here, 'package.json')).resolve('node-llama-cpp'))
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error' })
@@ -67,5 +90,5 @@ if (impl === 'engine') {
   await ctx.dispose()
   await m.dispose()
 } else {
-  throw new Error(`unknown implementation ${impl}: engine or node-llama-cpp`)
+  throw new Error(`unknown implementation ${impl}: engine, engine-sequence or node-llama-cpp`)
 }

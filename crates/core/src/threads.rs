@@ -84,7 +84,24 @@ impl ThreadGovernor {
 
     /// Threads the next step computes with.
     pub fn threads(&self) -> usize {
-        match self.mode {
+        self.threads_of(self.mode)
+    }
+
+    /// Threads a step of `tokens` computes with. A step too large to be
+    /// compared (a prompt chunk) runs with the chosen count, not with the
+    /// one on trial: a trial starting near the end of one request once ran
+    /// the whole prompt of the next with one thread, twice as slow (its
+    /// chunks are not measured, so the trial could not end before it).
+    pub fn threads_for(&self, tokens: usize) -> usize {
+        if self.trial && tokens > MAX_TOKENS {
+            self.threads_of(other(self.mode))
+        } else {
+            self.threads()
+        }
+    }
+
+    fn threads_of(&self, mode: Mode) -> usize {
+        match mode {
             Mode::All => self.max,
             Mode::One => 1,
         }
@@ -215,6 +232,32 @@ fn other(mode: Mode) -> Mode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prompt_chunk_during_a_trial_runs_with_the_chosen_count() {
+        let mut g = ThreadGovernor::new(2);
+        // Idle machine: the first look tries one thread after FIRST_LOOK steps.
+        let mut n = 0;
+        while !g.trial {
+            g.observe(1, 10.0, Some(10.0));
+            n += 1;
+            assert!(n < 1000, "no trial started");
+        }
+        assert_eq!(g.threads(), 1, "on trial: one thread for decoding steps");
+        assert_eq!(g.threads_for(1), 1);
+        assert_eq!(g.threads_for(MAX_TOKENS), 1);
+        // The next request's prompt arrives mid-trial: all threads.
+        assert_eq!(g.threads_for(512), 2);
+        // Prompt chunks do not end the trial; decoding steps do, and the
+        // faster mode stays (all threads, twice as fast here).
+        g.observe(512, 400.0, Some(200.0));
+        assert!(g.trial);
+        for _ in 0..PROBE_STEPS {
+            g.observe(1, 20.0, Some(10.0));
+        }
+        assert!(!g.trial);
+        assert_eq!((g.threads(), g.threads_for(512)), (2, 2));
+    }
 
     /// Runs `steps` decoding steps whose time is `all` ms with all threads
     /// and `one` ms with one (reference 10 ms); returns the share of steps

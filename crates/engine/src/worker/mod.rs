@@ -218,9 +218,10 @@ impl<'m> Worker<'m> {
         Ok(worker)
     }
 
-    /// Caps this thread's decodes at the governor's thread count.
-    fn apply_threads(&mut self) {
-        let n = self.threads.threads();
+    /// Caps this thread's decodes at the governor's thread count for a
+    /// step of `tokens`.
+    fn apply_threads(&mut self, tokens: usize) {
+        let n = self.threads.threads_for(tokens);
         if n != self.threads_applied {
             set_thread_cap(if n == self.opts.threads.max(1) as usize { 0 } else { n });
             self.threads_applied = n;

@@ -59,7 +59,7 @@ impl Worker<'_> {
             return Ok(());
         }
         self.build(&mut plan)?;
-        self.apply_threads();
+        self.apply_threads(self.batch.n_tokens() as usize);
         self.apply_loras()?;
         let t = Instant::now();
         self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
