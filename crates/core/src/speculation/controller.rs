@@ -442,11 +442,7 @@ impl DraftController {
     /// draft were accepted. Below 1 it can never pay at this price: not
     /// worth probing.
     pub fn ceiling(&self, price: Option<&StepPrice>, draft_cost_ms: Option<f64>) -> f64 {
-        let (Some(price), Some(cd)) = (price, draft_cost_ms.or(self.draft_ms)) else {
-            return f64::INFINITY;
-        };
-        let base = price.base_rate();
-        (1..=self.n_max.min(price.max_k())).map(|k| price.rate(k, k as f64 + 1.0, cd * k as f64) / base).fold(0.0, f64::max)
+        self.gain_at(price, draft_cost_ms, 1.0)
     }
 
     /// The best speed-up of the step if each drafted token were accepted
