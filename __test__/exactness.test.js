@@ -179,14 +179,47 @@ describe('the load-time self-check', () => {
       { GGML_CPU_TILED_MM: undefined },
     )
     expect(out.on.batchInvariant).toBe(true)
-    expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K identical alone, batched and on other thread counts/)
-    if (process.arch === 'x64') expect(out.on.batchInvariance).toMatch(/fast kernels on: .*tiled K-quants \(Q4_K, Q5_K, Q6_K\) from 8 rows/)
+    expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K( \(plain and repacked\))?, Q5_K, Q6_K identical alone, batched and on other thread counts/)
+    if (process.arch === 'x64') {
+      expect(out.on.batchInvariance).toMatch(/fast kernels on: .*tiled K-quants \(Q4_K, Q5_K, Q6_K\) from 8 rows/)
+      // Every x64 build here has AVX2 with FMA: Q4_K weights are repacked
+      // (patch 0009), and the check proves that layout too.
+      expect(out.on.batchInvariance).toMatch(/Q4_K \(plain and repacked\)/)
+      expect(out.on.batchInvariance).toMatch(/repacked Q4_K/)
+    }
     const off = inChild(`const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 }); const s = e.status(); await e.dispose(); return s`, { GGML_CPU_TILED_MM: '0' })
     expect(off.batchInvariant).toBe(true)
     expect(off.batchInvariance).not.toMatch(/tiled K-quants/)
   })
 
   const onX64 = process.arch === 'x64' ? test : test.skip
+  onX64('repacked Q4_K weights give the same tokens and probabilities as plain ones, alone and in verification batches', () => {
+    const body = `
+      const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 2048, threads: 2 })
+      const probs = []
+      for (const prompt of Object.values(PROMPTS)) {
+        const base = { prompt, n_predict: 48, temperature: 0, n_probs: 3, ignore_eos: true, cache_prompt: false }
+        probs.push(probsOf(await e.complete({ ...base, speculative: { mode: 'off' } })))
+        // fixed 16-token n-gram drafts: verification batches of 2 to 17 rows
+        const spec = await e.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
+        probs.push(probsOf(spec), spec.speculative.n_drafted)
+      }
+      const out = { probs, status: e.status() }
+      await e.dispose()
+      return out
+    `
+    const repacked = inChild(body, { LLAMA_ENGINE_REPACK: undefined })
+    const plain = inChild(body, { LLAMA_ENGINE_REPACK: '0' })
+    expect(repacked.status.batchInvariance).toMatch(/Q4_K \(plain and repacked\)/)
+    expect(plain.status.batchInvariance).not.toMatch(/repacked/)
+    for (const s of [repacked.status, plain.status]) expect(s.batchInvariant).toBe(true)
+    // The same bits with the layout and without it: the repacked kernels
+    // compute the plain layout's chain, one row or a batch.
+    expect(repacked.probs).toEqual(plain.probs)
+    for (let i = 0; i < 3; i++) expect(repacked.probs[3 * i + 1]).toBe(repacked.probs[3 * i])
+    expect(repacked.probs.filter((x) => typeof x === 'number').reduce((a, b) => a + b, 0)).toBeGreaterThan(48)
+  }, 600000)
+
   onX64('finds the tiled path when a user puts every type on it (GGML_CPU_TILED_MM=all), and the result says so', () => {
     const out = inChild(
       `

@@ -116,13 +116,18 @@ fn attention(model: &LlamaModel, threads: usize, check: &mut InvarianceCheck) {
 fn matmul(threads: usize, weight_types: &[String], check: &mut InvarianceCheck) {
     match matmul_check::check(threads) {
         Ok(found) => {
-            for (kind, mismatch) in found {
+            for (kind, repacked, mismatch) in found {
                 match mismatch {
+                    None if repacked => check.matmul_types.push(format!("{kind} (plain and repacked)")),
                     None => check.matmul_types.push(kind.to_string()),
                     Some(m) => {
                         let why = format!(
-                            "{} weights: row {} of a batch of {}, {} thread(s), differs from the row alone",
-                            m.kind, m.row, m.batch, m.threads
+                            "{} weights{}: row {} of a batch of {}, {} thread(s), differs from the row alone",
+                            m.kind,
+                            if m.repacked { " (repacked)" } else { "" },
+                            m.row,
+                            m.batch,
+                            m.threads
                         );
                         if weight_types.iter().any(|t| t == kind) {
                             check.matmul_mismatch.get_or_insert(why);

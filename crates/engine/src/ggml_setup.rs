@@ -5,15 +5,16 @@
 //! Greedy speculative output is bit-identical to plain decoding only if a
 //! position's logits do not depend on how many rows share its batch. The
 //! patched ggml makes its fast kernels so (patches/, docs/exactness.md);
-//! repacked weights stay off at build time (`.cargo/config.toml`), flash
-//! attention is the patched kernel per context (`model::context_params`),
-//! and one thing can only be switched off at run time:
+//! flash attention is the patched kernel per context
+//! (`model::context_params`), and one thing can only be chosen at run time:
 //!
 //! - "extra" weight buffer types: on a CPU with AMX, ggml keeps Q4_0/Q4_1/
 //!   Q8_0/K-quant weights in an AMX buffer whose kernel uses VNNI for one row
-//!   and AMX tiles for more (and crashes in this ggml version). llama.cpp's
-//!   `use_extra_bufts = false` turns these off but llama-cpp-2 0.1.160 does
-//!   not expose it, so the CPU device's list is emptied instead.
+//!   and AMX tiles for more (and crashes in this ggml version); KleidiAI
+//!   (arm64) likewise. llama.cpp's `use_extra_bufts = false` would turn all
+//!   of them off but llama-cpp-2 0.1.160 does not expose it, so the CPU
+//!   device's list is cut to the repacked type (`CPU_REPACK`), which patch
+//!   0009 makes batch-invariant for the one type it repacks (Q4_K, x86).
 //!
 //! The tiled K-quant mat-mul (`ggml-cpu/tiled/`) is on: patch 0006 makes the
 //! one-row `vec_dot` of Q4_K, Q5_K and Q6_K do its float work in the tiled
@@ -32,6 +33,10 @@ use std::ffi::CStr;
 /// The environment variable ggml's tiled mat-mul reads: unset or `1` on for
 /// Q4_K, Q5_K and Q6_K; `0` off; `all` on for every type it has.
 pub const TILED_MM_ENV: &str = "GGML_CPU_TILED_MM";
+
+/// The environment variable that turns repacked weights off (`0`); read
+/// once, before the first model load.
+pub const REPACK_ENV: &str = "LLAMA_ENGINE_REPACK";
 
 /// The CPU back end's compiled-in features (`AVX2`, `FMA`, `AVX512_VNNI`,
 /// `LLAMAFILE`…), as ggml lists them.
@@ -92,22 +97,38 @@ pub fn fast_kernels() -> String {
         Some(v) if !atoi(v) => {}
         _ => on.push("tiled K-quants (Q4_K, Q5_K, Q6_K) from 8 rows".into()),
     }
+    if x86 && has("AVX2") && repack_buffer_type().is_some() {
+        on.push("repacked Q4_K (8 rows interleaved, one kernel order for 1 row and many)".into());
+    }
     on.join(", ")
 }
 
-/// Empties the CPU device's list of extra weight buffer types (AMX, repacked
-/// layouts, KleidiAI), so every weight lives in the plain CPU buffer and each
-/// product is one `vec_dot` per output. Returns the names of the types that
-/// were listed. Call after the back end is initialised and before any model
-/// is loaded; the list is a static of ggml's, read at every model load.
-pub fn disable_extra_buffer_types() -> Vec<String> {
+/// The name ggml gives its repacked-weights buffer type.
+pub const REPACK_BUFT: &str = "CPU_REPACK";
+
+/// The repacked-weights buffer type when it is kept (as an address: the
+/// pointer is ggml's, static for the life of the process).
+static REPACK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Leaves only the repacked-weights type ([`REPACK_BUFT`]) in the CPU
+/// device's list of extra weight buffer types, dropping AMX and KleidiAI
+/// (whose kernels differ between one row and many). The patched ggml repacks
+/// only the types whose one-row and many-row kernels compute the same bits
+/// (patch 0009); `LLAMA_ENGINE_REPACK=0` in the environment drops the repacked
+/// type too (every weight in the plain CPU buffer, mmapped). Returns the
+/// names of the types that were listed. Call after the back end is
+/// initialised and before any model is loaded; the list is a static of
+/// ggml's, read at every model load.
+pub fn keep_invariant_buffer_types() -> Vec<String> {
     use llama_cpp_sys_2 as sys;
     let mut names = Vec::new();
+    let repack_on = std::env::var(REPACK_ENV).map(|v| v.trim() != "0").unwrap_or(true);
     // SAFETY: plain ggml registry calls; the function returned by name has
     // the signature of `ggml_backend_dev_get_extra_bufts_t` and returns a
     // null-terminated array owned by ggml for the life of the process, which
     // ggml reads only while loading a model (never concurrently with this:
-    // it runs once, before the first load).
+    // it runs once, before the first load). Entries are only moved forward
+    // within the array and a null written after the last one kept.
     unsafe {
         let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
         if dev.is_null() {
@@ -126,17 +147,26 @@ pub fn disable_extra_buffer_types() -> Vec<String> {
         if list.is_null() {
             return names;
         }
-        let mut p = list;
-        while !(*p).is_null() {
-            let name = sys::ggml_backend_buft_name(*p);
-            if !name.is_null() {
-                names.push(CStr::from_ptr(name).to_string_lossy().into_owned());
+        let (mut read, mut write) = (list, list);
+        while !(*read).is_null() {
+            let name = sys::ggml_backend_buft_name(*read);
+            let name = if name.is_null() { String::new() } else { CStr::from_ptr(name).to_string_lossy().into_owned() };
+            if repack_on && name == REPACK_BUFT {
+                let _ = REPACK.set(*read as usize);
+                *write = *read;
+                write = write.add(1);
             }
-            p = p.add(1);
+            names.push(name);
+            read = read.add(1);
         }
-        *list = std::ptr::null_mut();
+        *write = std::ptr::null_mut();
     }
     names
+}
+
+/// The repacked-weights buffer type, when this process keeps it.
+pub fn repack_buffer_type() -> Option<llama_cpp_sys_2::ggml_backend_buffer_type_t> {
+    REPACK.get().map(|&p| p as llama_cpp_sys_2::ggml_backend_buffer_type_t)
 }
 
 /// Which CPU back end computes. A source build has one, compiled for the

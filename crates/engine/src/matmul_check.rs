@@ -5,6 +5,11 @@
 //! its narrow path up to 16 rows and its wide one past), with the engine's
 //! thread count, one thread and one more, compared bit for bit.
 //!
+//! A type ggml repacks (an interleaved layout with a gemv kernel for one row
+//! and a gemm kernel for several: Q4_K on x86, patch 0009) is checked twice,
+//! in the plain buffer and in the repacked one, as a model holds both (a
+//! weight whose row count is not a multiple of 8 stays plain).
+//!
 //! The model-level check sees only the types of the model at hand; this one
 //! covers every type a user may bring, so `status().batchInvariance` can say
 //! which kernels were proven on this machine. Values are random: a product's
@@ -50,14 +55,17 @@ const BATCHES: [usize; 3] = [2, 9, ROWS];
 #[derive(Debug, Clone, PartialEq)]
 pub struct MatmulMismatch {
     pub kind: &'static str,
+    /// In the repacked layout (else the plain one).
+    pub repacked: bool,
     pub batch: usize,
     pub threads: usize,
     pub row: usize,
 }
 
-/// What [`check`] found for each type: its name and where a row first
-/// differed (`None`: identical everywhere).
-pub type Found = Vec<(&'static str, Option<MatmulMismatch>)>;
+/// What [`check`] found for each type: its name, whether its repacked layout
+/// was checked too, and where a row first differed (`None`: identical
+/// everywhere).
+pub type Found = Vec<(&'static str, bool, Option<MatmulMismatch>)>;
 
 /// Checks every type of [`TYPES`]. The kernels are the process's, so the
 /// answer for a thread count is kept and later loads reuse it (about 0.1 s
@@ -74,28 +82,72 @@ pub fn check(threads: usize) -> Result<Found, String> {
 
 fn run_check(threads: usize) -> Result<Found, String> {
     let backend = Backend::cpu()?;
+    let repack = crate::ggml_setup::repack_buffer_type();
     let mut found = Vec::with_capacity(TYPES.len());
     for (ty, kind) in TYPES {
-        let case = Case::new(&backend, ty)?;
+        let repacked = repack.filter(|_| repack_supports(ty));
+        let mut mismatch = check_case(&backend, ty, kind, None, threads)?;
+        if mismatch.is_none() {
+            if let Some(buft) = repacked {
+                mismatch = check_case(&backend, ty, kind, Some(buft), threads)?;
+            }
+        }
+        found.push((kind, repacked.is_some(), mismatch));
+    }
+    Ok(found)
+}
+
+/// One type in one layout: each row alone against the batches, with the
+/// engine's thread count, one thread and one more.
+fn check_case(
+    backend: &Backend,
+    ty: sys::ggml_type,
+    kind: &'static str,
+    repack: Option<sys::ggml_backend_buffer_type_t>,
+    threads: usize,
+) -> Result<Option<MatmulMismatch>, String> {
+    let case = Case::new(backend, ty, repack)?;
+    backend.set_threads(threads);
+    let alone = case.run(backend, &case.alone)?;
+    let mut mismatch = None;
+    'threads: for threads in [threads, 1, threads + 1] {
         backend.set_threads(threads);
-        let alone = case.run(&backend, &case.alone)?;
-        let mut mismatch = None;
-        'threads: for threads in [threads, 1, threads + 1] {
-            backend.set_threads(threads);
-            let got = case.run(&backend, &case.batched)?;
-            for (b, out) in got.iter().enumerate() {
-                for row in 0..BATCHES[b] {
-                    if first_difference(&alone[row], &out[row * N..(row + 1) * N]).is_some() {
-                        mismatch = Some(MatmulMismatch { kind, batch: BATCHES[b], threads, row });
-                        break 'threads;
-                    }
+        let got = case.run(backend, &case.batched)?;
+        for (b, out) in got.iter().enumerate() {
+            for row in 0..BATCHES[b] {
+                if first_difference(&alone[row], &out[row * N..(row + 1) * N]).is_some() {
+                    mismatch = Some(MatmulMismatch { kind, repacked: repack.is_some(), batch: BATCHES[b], threads, row });
+                    break 'threads;
                 }
             }
         }
-        backend.set_threads(threads);
-        found.push((kind, mismatch));
     }
-    Ok(found)
+    backend.set_threads(threads);
+    Ok(mismatch)
+}
+
+/// Whether ggml repacks a weight of this type and the check's shape (the
+/// patched CPU back end answers; an unpatched one has no answer: no).
+fn repack_supports(ty: sys::ggml_type) -> bool {
+    // SAFETY: ggml registry calls on the CPU device; the proc address, when
+    // present, is patch 0009's `ggml_cpu_repack_supports_type`, a pure
+    // function of its arguments.
+    unsafe {
+        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        if dev.is_null() {
+            return false;
+        }
+        let reg = sys::ggml_backend_dev_backend_reg(dev);
+        if reg.is_null() {
+            return false;
+        }
+        let f = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_cpu_repack_supports_type".as_ptr());
+        if f.is_null() {
+            return false;
+        }
+        let supports: unsafe extern "C" fn(sys::ggml_type, i64, i64) -> bool = std::mem::transmute(f);
+        supports(ty, K as i64, N as i64)
+    }
 }
 
 /// One weight type: the weights, the activations and two graphs (each row
@@ -104,12 +156,14 @@ fn run_check(threads: usize) -> Result<Found, String> {
 struct Case {
     ctx: *mut sys::ggml_context,
     buffer: sys::ggml_backend_buffer_t,
+    /// The weights' own context and buffer when they are repacked.
+    weights: Option<(*mut sys::ggml_context, sys::ggml_backend_buffer_t)>,
     alone: Graph,
     batched: Graph,
 }
 
 impl Case {
-    fn new(backend: &Backend, ty: sys::ggml_type) -> Result<Case, String> {
+    fn new(backend: &Backend, ty: sys::ggml_type, repack: Option<sys::ggml_backend_buffer_type_t>) -> Result<Case, String> {
         let n_tensors = 4 + 2 * (ROWS + BATCHES.len());
         // SAFETY: ggml graph construction on a context sized for these
         // tensors and two graphs, with no_alloc (the data go in a back-end
@@ -128,10 +182,28 @@ impl Case {
             let mut case = Case {
                 ctx,
                 buffer: ptr::null_mut(),
+                weights: None,
                 alone: Graph { graph: ptr::null_mut(), outs: Vec::new() },
                 batched: Graph { graph: ptr::null_mut(), outs: Vec::new() },
             };
-            let w = sys::ggml_new_tensor_2d(ctx, ty, K as i64, N as i64);
+            // Repacked weights live in a buffer of that type, so in a context
+            // of their own (a context's tensors share one buffer).
+            let wctx = match repack {
+                None => ctx,
+                Some(_) => {
+                    let wctx = sys::ggml_init(sys::ggml_init_params {
+                        mem_size: sys::ggml_tensor_overhead(),
+                        mem_buffer: ptr::null_mut(),
+                        no_alloc: true,
+                    });
+                    if wctx.is_null() {
+                        return Err("ggml_init failed".into());
+                    }
+                    case.weights = Some((wctx, ptr::null_mut()));
+                    wctx
+                }
+            };
+            let w = sys::ggml_new_tensor_2d(wctx, ty, K as i64, N as i64);
             let x = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_F32, K as i64, ROWS as i64);
             if w.is_null() || x.is_null() {
                 return Err("ggml_new_tensor failed".into());
@@ -157,6 +229,12 @@ impl Case {
             case.buffer = sys::ggml_backend_alloc_ctx_tensors(ctx, backend.raw);
             if case.buffer.is_null() {
                 return Err("no buffer for the mat-mul check".into());
+            }
+            if let (Some(buft), Some((wctx, wbuf))) = (repack, case.weights.as_mut()) {
+                *wbuf = sys::ggml_backend_alloc_ctx_tensors_from_buft(*wctx, buft);
+                if wbuf.is_null() {
+                    return Err("no repacked buffer for the mat-mul check".into());
+                }
             }
             let weights = values(K * N, 11 + ty as u64, 1.0);
             let bytes = sys::ggml_row_size(ty, K as i64) * N;
@@ -188,7 +266,13 @@ impl Case {
 
 impl Drop for Case {
     fn drop(&mut self) {
-        // SAFETY: created in Case::new, freed once.
-        unsafe { free(self.ctx, self.buffer) }
+        // SAFETY: created in Case::new, freed once (the graphs' context
+        // before the weights' it refers to).
+        unsafe {
+            free(self.ctx, self.buffer);
+            if let Some((wctx, wbuf)) = self.weights {
+                free(wctx, wbuf);
+            }
+        }
     }
 }

@@ -36,7 +36,7 @@ pub fn backend() -> Result<&'static LlamaBackend> {
             ggml_setup::load_cpu_backend()?;
             super::gpu::start();
             let backend = LlamaBackend::init().map_err(|e| e.to_string())?;
-            ggml_setup::disable_extra_buffer_types();
+            ggml_setup::keep_invariant_buffer_types();
             Ok(backend)
         })
         .as_ref()
