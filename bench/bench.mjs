@@ -57,6 +57,13 @@
 //   isolation isolation: 'process' against in-process: greedy tokens/s and
 //             time to first token of a short chat request, alternated, on
 //             fresh engines of each kind.
+//   kernels   the weight and attention kernels on the downloaded models
+//             (Qwen2.5-Coder-1.5B Q4_K_M when fetched, gemma-3 Q4_K_M and
+//             Q6_K): prompts of ~2k/4k/8k tokens and a short one, prefill
+//             and decode after it, against node-llama-cpp and this build
+//             with the repacked kernels off; BENCH_KERNELS_AVX2_ADDON adds
+//             the AVX2 variant; BENCH_KERNELS_MODELS / _SIZES narrow it. Not
+//             in the default list (about 40 minutes with the 1.5B).
 //   prebuilt  the portable addon of `npm run prebuild` (npm/<triple>/, CPU
 //             variant chosen at run time) against the source build
 //             (-C target-cpu=native): plain decoding and prompt evaluation,
@@ -928,6 +935,82 @@ if (sections.has('sequence')) {
   }
   table(rows, ['repeat', 'tokens', 'time to first token (ms)', 'slowest / fastest'])
   results.sequence = rows
+}
+
+// kernels: the weight and attention kernels on the models people download
+// (issue 49): time to first token on never-seen prompts of about 2k, 4k and
+// 8k tokens and a short one, and greedy decoding after each, against
+// node-llama-cpp and against this build with the repacked Q4_K kernels off
+// (LLAMA_ENGINE_REPACK=0); with an addon of the AVX2 CPU variant
+// (BENCH_KERNELS_AVX2_ADDON, e.g. target/prebuilt-haswell/package/… of
+// `npm run prebuild -- --variants haswell`), that variant forced too.
+if (sections.has('kernels')) {
+  const since = Date.now()
+  console.log('\n## kernels: prompts of ~2k, 4k and 8k never-seen tokens and a short one, time to first token and decode after it (each run its own process, alternated)')
+  const dir = join(root, 'bench-results', 'kernels')
+  mkdirSync(dir, { recursive: true })
+  const benchDir = join(root, 'bench')
+  if (!existsSync(join(benchDir, 'node_modules', 'node-llama-cpp'))) {
+    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: benchDir, stdio: 'inherit' })
+  }
+  const NGEN = 64
+  // Words of neverSeenText are about 1.1 tokens each in these vocabularies.
+  const sizes = (process.env.BENCH_KERNELS_SIZES || 'short,2000,4000,8000').split(',')
+  const prompts = sizes.map((size, i) => {
+    const file = join(dir, `prompt-${size}.txt`)
+    writeFileSync(file, size === 'short' ? 'Write a Python function that parses a CSV file and returns a list of dictionaries, one per row.' : neverSeenText(40 + i, Math.round(Number(size) / 1.12)))
+    return { size, file }
+  })
+  const prefill = (env) => (m, f) => [process.execPath, [join(benchDir, 'prefill.mjs'), 'engine', m, f, String(NGEN)], env]
+  const impls = {
+    engine: prefill({}),
+    'repack off': prefill({ LLAMA_ENGINE_REPACK: '0' }),
+    'node-llama-cpp': (m, f) => [process.execPath, [join(benchDir, 'prefill.mjs'), 'node-llama-cpp', m, f, String(NGEN)], {}],
+  }
+  const avx2 = process.env.BENCH_KERNELS_AVX2_ADDON
+  if (avx2) {
+    impls['AVX2 variant'] = prefill({ LLAMA_ENGINE_ADDON: avx2, LLAMA_ENGINE_CPU_VARIANT: 'haswell' })
+    impls['AVX2 repack off'] = prefill({ LLAMA_ENGINE_ADDON: avx2, LLAMA_ENGINE_CPU_VARIANT: 'haswell', LLAMA_ENGINE_REPACK: '0' })
+  }
+  const names = Object.keys(impls)
+  const kernelModels = (process.env.BENCH_KERNELS_MODELS || ['Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf', 'gemma-3-270m-q4_k_m.gguf', 'gemma-3-270m.Q6_K.gguf'].filter((m) => existsSync(join(models, m))).join(',')).split(',')
+  const rows = []
+  for (const model of kernelModels) {
+    for (const { size, file } of prompts) {
+      const runs = Object.fromEntries(names.map((n) => [n, []]))
+      for (let r = 0; r < REPEATS; r++) {
+        for (const name of r % 2 ? [...names].reverse() : names) {
+          const [cmd, args, env] = impls[name](join(models, model), file)
+          const out = execFileSync(cmd, args, { cwd: root, encoding: 'utf8', env: { ...process.env, BENCH_CONTEXT: '9216', ...env }, stdio: ['ignore', 'pipe', 'ignore'] })
+          runs[name].push(JSON.parse(out.trim().split('\n').pop()))
+        }
+      }
+      const row = { model: model.replace('.gguf', ''), prompt: size, tokens: runs.engine[0].prompt_tokens }
+      const range = (xs) => `${fmt(Math.min(...xs), 1)}–${fmt(Math.max(...xs), 1)}`
+      for (const n of names) {
+        row[`${n} prefill t/s`] = range(runs[n].map((x) => x.prefill_tps))
+        row[`${n} decode t/s`] = range(runs[n].map((x) => x.decode_tps))
+      }
+      // Paired: each run against the other's run of the same repeat.
+      const paired = (a, b, key) => {
+        const xs = runs[a].map((x, i) => x[key] / runs[b][i][key])
+        return `${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)}x`
+      }
+      row['decode vs node-llama-cpp'] = paired('engine', 'node-llama-cpp', 'decode_tps')
+      row['prefill vs node-llama-cpp'] = paired('engine', 'node-llama-cpp', 'prefill_tps')
+      row['decode vs repack off'] = paired('engine', 'repack off', 'decode_tps')
+      if (avx2) {
+        row['AVX2 decode vs node-llama-cpp'] = paired('AVX2 variant', 'node-llama-cpp', 'decode_tps')
+        row['AVX2 decode vs repack off'] = paired('AVX2 variant', 'AVX2 repack off', 'decode_tps')
+      }
+      rows.push({ ...row, runs })
+      console.log(JSON.stringify(row))
+    }
+  }
+  table(rows, Object.keys(rows[0]).filter((k) => k !== 'runs'))
+  console.log(`t/s: min–max over ${REPEATS} runs; "vs": min–max over the repeats of one run against the other's run of the same repeat. node-llama-cpp runs llama.cpp's default build (on a CPU with AMX, its AMX kernels).`)
+  console.log(`(kernels section: ${elapsed(since)})`)
+  results.kernels = rows
 }
 
 if (sections.has('prefill')) {

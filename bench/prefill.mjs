@@ -13,7 +13,8 @@
 //
 // `engine` loads this repository (LLAMA_ENGINE_ADDON picks another addon);
 // `node-llama-cpp` loads the package bench/package.json installs. Both get
-// 2 threads (BENCH_THREADS), an 8,192-cell context and 512-token batches;
+// 2 threads (BENCH_THREADS), an 8,192-cell context (BENCH_CONTEXT) and
+// 512-token batches;
 // the prompt is plain text without cache. Prints one JSON line:
 // { impl, prompt_tokens, ttft_ms, prefill_tps, decode_tps }.
 import { readFileSync } from 'node:fs'
@@ -25,6 +26,7 @@ const [impl, model, file, nGenArg] = process.argv.slice(2)
 const prompt = impl === 'engine-sequence' ? '' : readFileSync(file, 'utf8')
 const nGen = Number(nGenArg || 128)
 const threads = Number(process.env.BENCH_THREADS || 2)
+const contextSize = Number(process.env.BENCH_CONTEXT || 8192)
 const here = dirname(fileURLToPath(import.meta.url))
 
 function report(promptTokens, ttft, total, generated) {
@@ -41,7 +43,7 @@ function report(promptTokens, ttft, total, generated) {
 
 if (impl === 'engine') {
   const { LlamaEngine } = createRequire(import.meta.url)(join(here, '..'))
-  const engine = await LlamaEngine.load({ modelPath: model, contextSize: 8192, threads, batchSize: 512 })
+  const engine = await LlamaEngine.load({ modelPath: model, contextSize, threads, batchSize: 512 })
   const start = performance.now()
   let first = 0
   const res = await engine.complete(
@@ -72,7 +74,7 @@ if (impl === 'engine') {
   const { getLlama, LlamaCompletion } = await import(createRequire(join(here, 'package.json')).resolve('node-llama-cpp'))
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error' })
   const m = await llama.loadModel({ modelPath: model })
-  const ctx = await m.createContext({ contextSize: 8192, threads, batchSize: 512, sequences: 1 })
+  const ctx = await m.createContext({ contextSize, threads, batchSize: 512, sequences: 1 })
   const completion = new LlamaCompletion({ contextSequence: ctx.getSequence() })
   const promptTokens = m.tokenize(prompt).length
   const start = performance.now()
