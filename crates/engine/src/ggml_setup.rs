@@ -38,27 +38,42 @@ pub const TILED_MM_ENV: &str = "GGML_CPU_TILED_MM";
 /// once, before the first model load.
 pub const REPACK_ENV: &str = "LLAMA_ENGINE_REPACK";
 
+/// A function the CPU back end exports by name (its registry's proc
+/// address), with the CPU device and its registry; `None` where ggml has no
+/// CPU device or the back end no such function. The caller transmutes the
+/// pointer to the function's known signature.
+pub(crate) fn cpu_proc(
+    name: &CStr,
+) -> Option<(llama_cpp_sys_2::ggml_backend_dev_t, llama_cpp_sys_2::ggml_backend_reg_t, *mut std::ffi::c_void)> {
+    use llama_cpp_sys_2 as sys;
+    // SAFETY: ggml registry lookups on the CPU device ggml registers; every
+    // pointer is checked before it is used.
+    unsafe {
+        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        if dev.is_null() {
+            return None;
+        }
+        let reg = sys::ggml_backend_dev_backend_reg(dev);
+        if reg.is_null() {
+            return None;
+        }
+        let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+        (!f.is_null()).then_some((dev, reg, f))
+    }
+}
+
 /// The CPU back end's compiled-in features (`AVX2`, `FMA`, `AVX512_VNNI`,
 /// `LLAMAFILE`…), as ggml lists them.
 pub fn cpu_features() -> Vec<String> {
     use llama_cpp_sys_2 as sys;
     let mut out = Vec::new();
-    // SAFETY: ggml registry calls on the CPU device; the proc address, when
-    // present, has the signature of `ggml_backend_get_features_t` and returns
-    // a static array ended by a null name.
+    let Some((_, reg, f)) = cpu_proc(c"ggml_backend_get_features") else {
+        return out;
+    };
+    // SAFETY: the proc address has the signature of
+    // `ggml_backend_get_features_t` and returns a static array ended by a
+    // null name.
     unsafe {
-        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
-        if dev.is_null() {
-            return out;
-        }
-        let reg = sys::ggml_backend_dev_backend_reg(dev);
-        if reg.is_null() {
-            return out;
-        }
-        let f = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_get_features".as_ptr());
-        if f.is_null() {
-            return out;
-        }
         let get: unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *const sys::ggml_backend_feature = std::mem::transmute(f);
         let mut p = get(reg);
         while !p.is_null() && !(*p).name.is_null() {
@@ -123,25 +138,16 @@ pub fn keep_invariant_buffer_types() -> Vec<String> {
     use llama_cpp_sys_2 as sys;
     let mut names = Vec::new();
     let repack_on = std::env::var(REPACK_ENV).map(|v| v.trim() != "0").unwrap_or(true);
-    // SAFETY: plain ggml registry calls; the function returned by name has
-    // the signature of `ggml_backend_dev_get_extra_bufts_t` and returns a
-    // null-terminated array owned by ggml for the life of the process, which
-    // ggml reads only while loading a model (never concurrently with this:
-    // it runs once, before the first load). Entries are only moved forward
-    // within the array and a null written after the last one kept.
+    let Some((dev, _, f)) = cpu_proc(c"ggml_backend_dev_get_extra_bufts") else {
+        return names;
+    };
+    // SAFETY: the function returned by name has the signature of
+    // `ggml_backend_dev_get_extra_bufts_t` and returns a null-terminated
+    // array owned by ggml for the life of the process, which ggml reads only
+    // while loading a model (never concurrently with this: it runs once,
+    // before the first load). Entries are only moved forward within the
+    // array and a null written after the last one kept.
     unsafe {
-        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
-        if dev.is_null() {
-            return names;
-        }
-        let reg = sys::ggml_backend_dev_backend_reg(dev);
-        if reg.is_null() {
-            return names;
-        }
-        let f = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_dev_get_extra_bufts".as_ptr());
-        if f.is_null() {
-            return names;
-        }
         let get: unsafe extern "C" fn(sys::ggml_backend_dev_t) -> *mut sys::ggml_backend_buffer_type_t = std::mem::transmute(f);
         let list = get(dev);
         if list.is_null() {

@@ -129,22 +129,12 @@ fn check_case(
 /// Whether ggml repacks a weight of this type and the check's shape (the
 /// patched CPU back end answers; an unpatched one has no answer: no).
 fn repack_supports(ty: sys::ggml_type) -> bool {
-    // SAFETY: ggml registry calls on the CPU device; the proc address, when
-    // present, is patch 0009's `ggml_cpu_repack_supports_type`, a pure
-    // function of its arguments.
+    let Some((_, _, f)) = crate::ggml_setup::cpu_proc(c"ggml_backend_cpu_repack_supports_type") else {
+        return false;
+    };
+    // SAFETY: the proc address is patch 0009's `ggml_cpu_repack_supports_type`,
+    // a pure function of its arguments.
     unsafe {
-        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
-        if dev.is_null() {
-            return false;
-        }
-        let reg = sys::ggml_backend_dev_backend_reg(dev);
-        if reg.is_null() {
-            return false;
-        }
-        let f = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_cpu_repack_supports_type".as_ptr());
-        if f.is_null() {
-            return false;
-        }
         let supports: unsafe extern "C" fn(sys::ggml_type, i64, i64) -> bool = std::mem::transmute(f);
         supports(ty, K as i64, N as i64)
     }
