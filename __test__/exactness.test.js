@@ -179,13 +179,14 @@ describe('the load-time self-check', () => {
       { GGML_CPU_TILED_MM: undefined },
     )
     expect(out.on.batchInvariant).toBe(true)
-    expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K( \(plain and repacked\))?, Q5_K, Q6_K identical alone, batched and on other thread counts/)
+    expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K( \(plain and repacked\))?, Q5_K, Q6_K( \(plain and repacked\))? identical alone, batched and on other thread counts/)
     if (process.arch === 'x64') {
       expect(out.on.batchInvariance).toMatch(/fast kernels on: .*tiled K-quants \(Q4_K, Q5_K, Q6_K\) from 8 rows/)
-      // Every x64 build here has AVX2 with FMA: Q4_K weights are repacked
-      // (patch 0009), and the check proves that layout too.
+      // Every x64 build here has AVX2 with FMA: Q4_K and Q6_K weights are
+      // repacked (patch 0009), and the check proves that layout too.
       expect(out.on.batchInvariance).toMatch(/Q4_K \(plain and repacked\)/)
-      expect(out.on.batchInvariance).toMatch(/repacked Q4_K/)
+      expect(out.on.batchInvariance).toMatch(/Q6_K \(plain and repacked\)/)
+      expect(out.on.batchInvariance).toMatch(/repacked Q4_K, Q6_K \(/)
     }
     const off = inChild(`const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 }); const s = e.status(); await e.dispose(); return s`, { GGML_CPU_TILED_MM: '0' })
     expect(off.batchInvariant).toBe(true)
@@ -193,7 +194,7 @@ describe('the load-time self-check', () => {
   })
 
   const onX64 = process.arch === 'x64' ? test : test.skip
-  onX64('repacked Q4_K weights give the same tokens and probabilities as plain ones, alone and in verification batches', () => {
+  onX64('repacked Q4_K and Q6_K weights give the same tokens and probabilities as plain ones, alone and in verification batches', () => {
     const body = `
       const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 2048, threads: 2 })
       const probs = []
@@ -212,6 +213,7 @@ describe('the load-time self-check', () => {
     const repacked = inChild(`const PROMPT_LIST = ${JSON.stringify(prompts)}\n${body}`, { LLAMA_ENGINE_REPACK: undefined })
     const plain = inChild(`const PROMPT_LIST = ${JSON.stringify(prompts)}\n${body}`, { LLAMA_ENGINE_REPACK: '0' })
     expect(repacked.status.batchInvariance).toMatch(/Q4_K \(plain and repacked\)/)
+    expect(repacked.status.batchInvariance).toMatch(/Q6_K \(plain and repacked\)/)
     expect(plain.status.batchInvariance).not.toMatch(/repacked/)
     for (const s of [repacked.status, plain.status]) expect(s.batchInvariant).toBe(true)
     // The same bits with the layout and without it: the repacked kernels

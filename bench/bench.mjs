@@ -940,7 +940,7 @@ if (sections.has('sequence')) {
 // kernels: the weight and attention kernels on the models people download
 // (issue 49): time to first token on never-seen prompts of about 2k, 4k and
 // 8k tokens and a short one, and greedy decoding after each, against
-// node-llama-cpp and against this build with the repacked Q4_K kernels off
+// node-llama-cpp and against this build with the repacked K-quant kernels off
 // (LLAMA_ENGINE_REPACK=0); with an addon of the AVX2 CPU variant
 // (BENCH_KERNELS_AVX2_ADDON, e.g. target/prebuilt-haswell/package/… of
 // `npm run prebuild -- --variants haswell`), that variant forced too.

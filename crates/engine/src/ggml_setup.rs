@@ -112,8 +112,9 @@ pub fn fast_kernels() -> String {
         Some(v) if !atoi(v) => {}
         _ => on.push("tiled K-quants (Q4_K, Q5_K, Q6_K) from 8 rows".into()),
     }
-    if x86 && has("AVX2") && repack_buffer_type().is_some() {
-        on.push("repacked Q4_K (8 rows interleaved, one kernel order for 1 row and many)".into());
+    let repacked = repacked_types();
+    if !repacked.is_empty() {
+        on.push(format!("repacked {} (8 rows interleaved, one kernel order for 1 row and many)", repacked.join(", ")));
     }
     on.join(", ")
 }
@@ -173,6 +174,39 @@ pub fn keep_invariant_buffer_types() -> Vec<String> {
 /// The repacked-weights buffer type, when this process keeps it.
 pub fn repack_buffer_type() -> Option<llama_cpp_sys_2::ggml_backend_buffer_type_t> {
     REPACK.get().map(|&p| p as llama_cpp_sys_2::ggml_backend_buffer_type_t)
+}
+
+/// Whether the CPU back end repacks a 2-D weight of this type and shape
+/// (patch 0009's `ggml_backend_cpu_repack_supports_type`; a back end without
+/// it repacks nothing the engine keeps: no).
+pub fn repack_supports(ty: llama_cpp_sys_2::ggml_type, ne0: i64, ne1: i64) -> bool {
+    let Some((_, _, f)) = cpu_proc(c"ggml_backend_cpu_repack_supports_type") else {
+        return false;
+    };
+    // SAFETY: the proc address is patch 0009's `ggml_cpu_repack_supports_type`,
+    // a pure function of its arguments.
+    unsafe {
+        let supports: unsafe extern "C" fn(llama_cpp_sys_2::ggml_type, i64, i64) -> bool = std::mem::transmute(f);
+        supports(ty, ne0, ne1)
+    }
+}
+
+/// The weight types this process repacks (none when the repacked buffer
+/// type was dropped), in ggml's type order.
+pub fn repacked_types() -> Vec<&'static str> {
+    use llama_cpp_sys_2 as sys;
+    if repack_buffer_type().is_none() {
+        return Vec::new();
+    }
+    let candidates = [
+        (sys::GGML_TYPE_Q4_0, "Q4_0"),
+        (sys::GGML_TYPE_Q8_0, "Q8_0"),
+        (sys::GGML_TYPE_Q4_K, "Q4_K"),
+        (sys::GGML_TYPE_Q5_K, "Q5_K"),
+        (sys::GGML_TYPE_Q6_K, "Q6_K"),
+    ];
+    // a shape every repacked layout takes: 8 superblocks of 256, 64 rows
+    candidates.iter().filter(|(ty, _)| repack_supports(*ty, 2048, 64)).map(|&(_, name)| name).collect()
 }
 
 /// Which CPU back end computes. A source build has one, compiled for the

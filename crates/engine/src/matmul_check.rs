@@ -47,8 +47,11 @@ pub const TYPES: [(sys::ggml_type, &str); 13] = [
 const K: usize = 1536;
 /// Output rows: a ragged 16-row micro-tile at the end, several chunks per thread.
 const N: usize = 144;
-/// Activation rows; each is compared alone and in batches of these sizes.
-const ROWS: usize = 40;
+/// Activation rows; each is compared alone and in batches of these sizes:
+/// 2 and 9 rows take a repacked weight's several-row gemv (9: two passes of
+/// 4 and one row), 9 the tiled path of a plain K-quant, 56 the tiled path
+/// of a repacked one (on its de-interleaved copy, from 48 rows).
+const ROWS: usize = 56;
 const BATCHES: [usize; 3] = [2, 9, ROWS];
 
 /// Where a row differed.
@@ -126,18 +129,9 @@ fn check_case(
     Ok(mismatch)
 }
 
-/// Whether ggml repacks a weight of this type and the check's shape (the
-/// patched CPU back end answers; an unpatched one has no answer: no).
+/// Whether ggml repacks a weight of this type and the check's shape.
 fn repack_supports(ty: sys::ggml_type) -> bool {
-    let Some((_, _, f)) = crate::ggml_setup::cpu_proc(c"ggml_backend_cpu_repack_supports_type") else {
-        return false;
-    };
-    // SAFETY: the proc address is patch 0009's `ggml_cpu_repack_supports_type`,
-    // a pure function of its arguments.
-    unsafe {
-        let supports: unsafe extern "C" fn(sys::ggml_type, i64, i64) -> bool = std::mem::transmute(f);
-        supports(ty, K as i64, N as i64)
-    }
+    crate::ggml_setup::repack_supports(ty, K as i64, N as i64)
 }
 
 /// One weight type: the weights, the activations and two graphs (each row
