@@ -527,11 +527,11 @@ export interface EngineStatus {
   /**
    * What the self-check found, in words: the first differing row when it
    * failed; the weight types whose kernels it proved (`Q4_K (plain and
-   * repacked)`, `Q6_K (plain and repacked)` where those weights are
-   * repacked: x86 with AVX2 and FMA); and
+   * repacked)`, `Q5_K (…)`, `Q6_K (…)` where those weights are repacked:
+   * x86 with AVX2 and FMA); and
    * which fast kernels are on (`fast kernels on: flash attention …,
    * tinyBLAS (…), Q4_1 tiles …, tiled K-quants (Q4_K, Q5_K, Q6_K) from 8
-   * rows, repacked Q4_K, Q6_K (…)`). `LLAMA_ENGINE_REPACK=0` in the
+   * rows, repacked Q4_K, Q5_K, Q6_K (…)`). `LLAMA_ENGINE_REPACK=0` in the
    * environment before the first load keeps every weight plain (mapped,
    * less memory; the same bits, slower decoding).
    */

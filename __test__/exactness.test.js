@@ -179,14 +179,13 @@ describe('the load-time self-check', () => {
       { GGML_CPU_TILED_MM: undefined },
     )
     expect(out.on.batchInvariant).toBe(true)
-    expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K( \(plain and repacked\))?, Q5_K, Q6_K( \(plain and repacked\))? identical alone, batched and on other thread counts/)
+    expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K( \(plain and repacked\))?, Q5_K( \(plain and repacked\))?, Q6_K( \(plain and repacked\))? identical alone, batched and on other thread counts/)
     if (process.arch === 'x64') {
       expect(out.on.batchInvariance).toMatch(/fast kernels on: .*tiled K-quants \(Q4_K, Q5_K, Q6_K\) from 8 rows/)
-      // Every x64 build here has AVX2 with FMA: Q4_K and Q6_K weights are
-      // repacked (patch 0009), and the check proves that layout too.
-      expect(out.on.batchInvariance).toMatch(/Q4_K \(plain and repacked\)/)
-      expect(out.on.batchInvariance).toMatch(/Q6_K \(plain and repacked\)/)
-      expect(out.on.batchInvariance).toMatch(/repacked Q4_K, Q6_K \(/)
+      // Every x64 build here has AVX2 with FMA: Q4_K, Q5_K and Q6_K weights
+      // are repacked (patch 0009), and the check proves that layout too.
+      for (const t of ['Q4_K', 'Q5_K', 'Q6_K']) expect(out.on.batchInvariance).toContain(`${t} (plain and repacked)`)
+      expect(out.on.batchInvariance).toMatch(/repacked Q4_K, Q5_K, Q6_K \(/)
     }
     const off = inChild(`const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 }); const s = e.status(); await e.dispose(); return s`, { GGML_CPU_TILED_MM: '0' })
     expect(off.batchInvariant).toBe(true)
@@ -194,24 +193,30 @@ describe('the load-time self-check', () => {
   })
 
   const onX64 = process.arch === 'x64' ? test : test.skip
-  onX64('repacked Q4_K and Q6_K weights give the same tokens and probabilities as plain ones, alone and in verification batches', () => {
+  onX64('repacked Q4_K, Q5_K and Q6_K weights give the same tokens and probabilities as plain ones, alone and in verification batches', () => {
     const body = `
-      const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 2048, threads: 2 })
       const probs = []
-      for (const prompt of PROMPT_LIST) {
-        const base = { prompt, n_predict: 48, temperature: 0, n_probs: 3, ignore_eos: true, cache_prompt: false }
-        probs.push(probsOf(await e.complete({ ...base, speculative: { mode: 'off' } })))
-        // fixed 16-token n-gram drafts: verification batches of 2 to 17 rows
-        const spec = await e.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
-        probs.push(probsOf(spec), spec.speculative.n_drafted)
+      let status
+      for (const modelPath of MODEL_LIST) {
+        const e = await LlamaEngine.load({ modelPath, contextSize: 2048, threads: 2 })
+        status = e.status()
+        for (const prompt of PROMPT_LIST) {
+          const base = { prompt, n_predict: 48, temperature: 0, n_probs: 3, ignore_eos: true, cache_prompt: false }
+          probs.push(probsOf(await e.complete({ ...base, speculative: { mode: 'off' } })))
+          // fixed 16-token n-gram drafts: verification batches of 2 to 17 rows
+          const spec = await e.complete({ ...base, speculative: { mode: 'ngram', adaptive: false, n_max: 16 } })
+          probs.push(probsOf(spec), spec.speculative.n_drafted)
+        }
+        await e.dispose()
       }
-      const out = { probs, status: e.status() }
-      await e.dispose()
-      return out
+      return { probs, status }
     `
     const prompts = matrix(Object.values(PROMPTS), [PROMPTS.repeat])
-    const repacked = inChild(`const PROMPT_LIST = ${JSON.stringify(prompts)}\n${body}`, { LLAMA_ENGINE_REPACK: undefined })
-    const plain = inChild(`const PROMPT_LIST = ${JSON.stringify(prompts)}\n${body}`, { LLAMA_ENGINE_REPACK: '0' })
+    // gemma-3 Q4_K_M holds Q4_K and Q6_K weights; Q5_K_M (full matrix) Q5_K too
+    const models = matrix([GEMMA, model('gemma-3-270m.Q5_K_M.gguf')], [GEMMA])
+    const head = `const PROMPT_LIST = ${JSON.stringify(prompts)}\nconst MODEL_LIST = ${JSON.stringify(models)}\n`
+    const repacked = inChild(`${head}${body}`, { LLAMA_ENGINE_REPACK: undefined })
+    const plain = inChild(`${head}${body}`, { LLAMA_ENGINE_REPACK: '0' })
     expect(repacked.status.batchInvariance).toMatch(/Q4_K \(plain and repacked\)/)
     expect(repacked.status.batchInvariance).toMatch(/Q6_K \(plain and repacked\)/)
     expect(plain.status.batchInvariance).not.toMatch(/repacked/)
@@ -219,7 +224,7 @@ describe('the load-time self-check', () => {
     // The same bits with the layout and without it: the repacked kernels
     // compute the plain layout's chain, one row or a batch.
     expect(repacked.probs).toEqual(plain.probs)
-    for (let i = 0; i < prompts.length; i++) expect(repacked.probs[3 * i + 1]).toBe(repacked.probs[3 * i])
+    for (let i = 0; i < prompts.length * models.length; i++) expect(repacked.probs[3 * i + 1]).toBe(repacked.probs[3 * i])
     expect(repacked.probs.filter((x) => typeof x === 'number').reduce((a, b) => a + b, 0)).toBeGreaterThan(16)
   }, 600000)
 
