@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loraAdapter, ggufBytes, writeGguf, seedOf } from './gguf-write.mjs';
+import { GEMMA_MMPROJ, gemma3MmprojSpec, makeMultimodalFixtures } from './mm-fixtures.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
@@ -248,6 +249,14 @@ const FIXTURES = [
   made('SmolLM2-135M-Instruct.F16.gguf', 'SmolLM2-135M-Instruct', 'F32'),
   lora('SmolLM2-135M-Instruct.lora-test.gguf', SMOL),
   lora('gemma-3-270m.lora-test.gguf', GEMMA),
+  // The multimodal tests' projector (scripts/mm-fixtures.mjs): seeded
+  // random weights for gemma-3-270m, the same bytes every run.
+  {
+    name: GEMMA_MMPROJ,
+    cached: () => size(path.join(MODELS, GEMMA_MMPROJ)) === ggufBytes(gemma3MmprojSpec()).length,
+    make: () => makeMultimodalFixtures(MODELS),
+    verb: 'made',
+  },
 ];
 
 const TASKS = [...FIXTURES, ...(real ? REAL_TASKS : [])];

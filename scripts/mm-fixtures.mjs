@@ -1,0 +1,415 @@
+#!/usr/bin/env node
+// Tiny deterministic multimodal test fixtures for llama.cpp's mtmd (the
+// vision projector "mmproj" files it loads next to a text model), written
+// with scripts/gguf-write.mjs; seeded random weights, so the same bytes on
+// every run and every machine. No dependencies.
+//
+//   makeMultimodalFixtures(modelsDir)  writes (atomically) into modelsDir:
+//     gemma-3-270m.mmproj-test.gguf   projector `gemma3` for the existing text
+//         model gemma-3-270m-q4_k_m.gguf (n_embd 640): a 2-block SigLIP ViT
+//         (64x64 image, 8x8 patches, n_embd 64), 2x2 average pool, RMS norm,
+//         input projection to 640. 16 image tokens per image.
+//     qwen2vl-tiny.gguf               a random-weight Qwen2-VL text model
+//         (arch qwen2vl, M-RoPE, 2 layers, n_embd 64) with the tokenizer and
+//         chat template of Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf (read from
+//         modelsDir; skipped when that file is missing)
+//     qwen2vl-tiny.mmproj-test.gguf   projector `qwen2vl_merger` for it: a
+//         2-block ViT with 2-D M-RoPE (8x8 patches, n_embd 64), 2x2 patch
+//         merger MLP to 64. A 64x64 image gives 16 image tokens (the size is
+//         dynamic: (w/16)*(h/16) tokens, w and h rounded to multiples of 16).
+//   pngBytes(width, height, seed)      a deterministic RGB test image (PNG)
+//
+// CLI: node scripts/mm-fixtures.mjs [modelsDir]   (default models/)
+//
+// The shapes follow llama.cpp's tools/mtmd/clip.cpp (load_hparams,
+// load_tensors) and models/siglip.cpp / models/qwen2vl.cpp; ne lists are in
+// ggml's order (ne0 varies fastest: a Linear(in, out) weight is [in, out]).
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { writeGguf, seedOf, normals } from './gguf-write.mjs';
+
+const { readGgufHeader } = createRequire(import.meta.url)('./gguf-read.cjs');
+
+export const GEMMA_TEXT = 'gemma-3-270m-q4_k_m.gguf';
+export const GEMMA_MMPROJ = 'gemma-3-270m.mmproj-test.gguf';
+export const QWEN_TOKENIZER_SOURCE = 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf';
+export const QWEN2VL_TEXT = 'qwen2vl-tiny.gguf';
+export const QWEN2VL_MMPROJ = 'qwen2vl-tiny.mmproj-test.gguf';
+
+/** The fixtures' shapes, for tests (tokens per 64x64 image etc.). */
+export const GEMMA_VISION = Object.freeze({ imageSize: 64, patchSize: 8, nEmbd: 64, nFf: 128, nHead: 4, nLayer: 2, nMerge: 2, projectionDim: 640, tokensPerImage: 16 });
+export const QWEN2VL_VISION = Object.freeze({ imageSize: 64, patchSize: 8, nEmbd: 64, nFf: 128, nHead: 4, nLayer: 2, nMerge: 2, projectionDim: 64, tokensPer64x64Image: 16 });
+export const QWEN2VL_TEXT_HPARAMS = Object.freeze({ nEmbd: 64, nFf: 128, nHead: 4, nHeadKv: 2, nLayer: 2, nCtx: 4096, ropeSections: [2, 3, 3, 0] });
+
+// ---------------------------------------------------------------------------
+// Deterministic numbers
+
+/** Float32 -> IEEE half bits, round to nearest even (exact integer arithmetic). */
+const f32 = new Float32Array(1);
+const u32v = new Uint32Array(f32.buffer);
+function toHalf(x) {
+  f32[0] = x;
+  const b = u32v[0];
+  const sign = (b >>> 16) & 0x8000;
+  const exp = (b >>> 23) & 0xff;
+  let mant = b & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let h = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1);
+    const half = 1 << (shift - 1);
+    if (rem > half || (rem === half && (h & 1))) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++; // may carry into the exponent: still correct
+  return sign | h;
+}
+
+/** A tensor of `ne` with values mean + std * N(0,1), seeded by `key`. */
+function randomTensor(key, name, ne, { std, mean = 0, type = 'F32' }) {
+  const n = ne.reduce((a, b) => a * b, 1);
+  const draw = normals(seedOf(`${key}:${name}`));
+  if (type === 'F16') {
+    const data = new Uint16Array(n);
+    for (let i = 0; i < n; i++) data[i] = toHalf(mean + std * draw());
+    return { name, ne, type, data };
+  }
+  const data = new Float32Array(n);
+  for (let i = 0; i < n; i++) data[i] = mean + std * draw();
+  return { name, ne, type, data };
+}
+
+/** Weights of a Linear(nIn, nOut): ggml ne [nIn, nOut], ~N(0, 1/sqrt(nIn)). */
+const linear = (key, name, nIn, nOut, type = 'F16', gain = 1) => randomTensor(key, name, [nIn, nOut], { std: gain / Math.sqrt(nIn), type });
+const bias = (key, name, n, std = 0.02) => randomTensor(key, name, [n], { std });
+const normWeight = (key, name, n) => randomTensor(key, name, [n], { mean: 1, std: 0.05 });
+
+/** mulberry32: uniform [0, 1) from a 32-bit seed. */
+function mulberry32(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// ---------------------------------------------------------------------------
+// gemma3 projector (SigLIP + avg pool + RMS norm + input projection)
+
+/** The GGUF spec ({ kv, tensors }) of the gemma3 test projector for a text model of width `textEmbd`. */
+export function gemma3MmprojSpec(textEmbd = GEMMA_VISION.projectionDim) {
+  const { imageSize, patchSize, nEmbd, nFf, nHead, nLayer, nMerge } = GEMMA_VISION;
+  const key = 'gemma3-mmproj-test';
+  const nPatches = (imageSize / patchSize) ** 2;
+  const kv = [
+    ['general.architecture', 'STRING', 'clip'],
+    ['general.type', 'STRING', 'mmproj'],
+    ['general.name', 'STRING', 'gemma-3-270m mmproj-test (random weights)'],
+    ['general.file_type', 'U32', 1],
+    ['clip.projector_type', 'STRING', 'gemma3'],
+    ['clip.has_vision_encoder', 'BOOL', true],
+    ['clip.has_audio_encoder', 'BOOL', false],
+    ['clip.use_gelu', 'BOOL', true],
+    ['clip.vision.image_size', 'U32', imageSize],
+    ['clip.vision.patch_size', 'U32', patchSize],
+    ['clip.vision.embedding_length', 'U32', nEmbd],
+    ['clip.vision.feed_forward_length', 'U32', nFf],
+    ['clip.vision.block_count', 'U32', nLayer],
+    ['clip.vision.projection_dim', 'U32', textEmbd],
+    ['clip.vision.attention.head_count', 'U32', nHead],
+    ['clip.vision.attention.layer_norm_epsilon', 'F32', 1e-6],
+    ['clip.vision.image_mean', ['ARRAY', 'F32'], [0.5, 0.5, 0.5]],
+    ['clip.vision.image_std', ['ARRAY', 'F32'], [0.5, 0.5, 0.5]],
+    ['clip.vision.projector.scale_factor', 'U32', nMerge],
+  ];
+  const tensors = [
+    // conv2d kernel [KW, KH, C_in, C_out]
+    randomTensor(key, 'v.patch_embd.weight', [patchSize, patchSize, 3, nEmbd], { std: 1 / Math.sqrt(3 * patchSize * patchSize), type: 'F16' }),
+    bias(key, 'v.patch_embd.bias', nEmbd),
+    randomTensor(key, 'v.position_embd.weight', [nEmbd, nPatches], { std: 0.1 }),
+  ];
+  for (let i = 0; i < nLayer; i++) {
+    const b = `v.blk.${i}`;
+    tensors.push(
+      normWeight(key, `${b}.ln1.weight`, nEmbd), bias(key, `${b}.ln1.bias`, nEmbd),
+      linear(key, `${b}.attn_q.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_q.bias`, nEmbd),
+      linear(key, `${b}.attn_k.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_k.bias`, nEmbd),
+      linear(key, `${b}.attn_v.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_v.bias`, nEmbd),
+      linear(key, `${b}.attn_out.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_out.bias`, nEmbd),
+      normWeight(key, `${b}.ln2.weight`, nEmbd), bias(key, `${b}.ln2.bias`, nEmbd),
+      linear(key, `${b}.ffn_up.weight`, nEmbd, nFf), bias(key, `${b}.ffn_up.bias`, nFf),
+      linear(key, `${b}.ffn_down.weight`, nFf, nEmbd), bias(key, `${b}.ffn_down.bias`, nEmbd),
+    );
+  }
+  tensors.push(
+    normWeight(key, 'v.post_ln.weight', nEmbd), bias(key, 'v.post_ln.bias', nEmbd),
+    normWeight(key, 'mm.soft_emb_norm.weight', nEmbd),
+    // used as ggml_transpose(W): ne [textEmbd, nEmbd]. Output ~N(0, 4^2) per
+    // element: at unit scale the (text-only) 270m model falls into the same
+    // newline loop for most images; at 4 its greedy output follows the image.
+    randomTensor(key, 'mm.input_projection.weight', [textEmbd, nEmbd], { std: 4 / Math.sqrt(nEmbd), type: 'F16' }),
+  );
+  return { kv, tensors };
+}
+
+// ---------------------------------------------------------------------------
+// Qwen2-VL: text model + qwen2vl_merger projector
+
+/** The GGUF spec of the qwen2vl_merger test projector for a text model of width `textEmbd`. */
+export function qwen2vlMmprojSpec(textEmbd = QWEN2VL_VISION.projectionDim) {
+  const { imageSize, patchSize, nEmbd, nFf, nHead, nLayer, nMerge } = QWEN2VL_VISION;
+  const key = 'qwen2vl-mmproj-test';
+  const nMerged = nEmbd * nMerge * nMerge;
+  const kv = [
+    ['general.architecture', 'STRING', 'clip'],
+    ['general.type', 'STRING', 'mmproj'],
+    ['general.name', 'STRING', 'qwen2vl-tiny mmproj-test (random weights)'],
+    ['general.file_type', 'U32', 1],
+    ['clip.projector_type', 'STRING', 'qwen2vl_merger'],
+    ['clip.has_vision_encoder', 'BOOL', true],
+    ['clip.has_audio_encoder', 'BOOL', false],
+    ['clip.vision.image_size', 'U32', imageSize],
+    ['clip.vision.patch_size', 'U32', patchSize],
+    ['clip.vision.embedding_length', 'U32', nEmbd],
+    ['clip.vision.feed_forward_length', 'U32', nFf],
+    ['clip.vision.block_count', 'U32', nLayer],
+    ['clip.vision.projection_dim', 'U32', textEmbd],
+    ['clip.vision.attention.head_count', 'U32', nHead],
+    ['clip.vision.attention.layer_norm_epsilon', 'F32', 1e-6],
+    ['clip.vision.image_mean', ['ARRAY', 'F32'], [0.48145466, 0.4578275, 0.40821073]],
+    ['clip.vision.image_std', ['ARRAY', 'F32'], [0.26862954, 0.26130258, 0.27577711]],
+    ['clip.vision.spatial_merge_size', 'U32', nMerge],
+  ];
+  const convStd = 1 / Math.sqrt(2 * 3 * patchSize * patchSize); // two kernels are summed
+  const tensors = [
+    randomTensor(key, 'v.patch_embd.weight', [patchSize, patchSize, 3, nEmbd], { std: convStd, type: 'F16' }),
+    randomTensor(key, 'v.patch_embd.weight.1', [patchSize, patchSize, 3, nEmbd], { std: convStd, type: 'F16' }),
+  ];
+  for (let i = 0; i < nLayer; i++) {
+    const b = `v.blk.${i}`;
+    tensors.push(
+      normWeight(key, `${b}.ln1.weight`, nEmbd), bias(key, `${b}.ln1.bias`, nEmbd),
+      linear(key, `${b}.attn_q.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_q.bias`, nEmbd),
+      linear(key, `${b}.attn_k.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_k.bias`, nEmbd),
+      linear(key, `${b}.attn_v.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_v.bias`, nEmbd),
+      linear(key, `${b}.attn_out.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_out.bias`, nEmbd),
+      normWeight(key, `${b}.ln2.weight`, nEmbd), bias(key, `${b}.ln2.bias`, nEmbd),
+      linear(key, `${b}.ffn_up.weight`, nEmbd, nFf), bias(key, `${b}.ffn_up.bias`, nFf),
+      linear(key, `${b}.ffn_down.weight`, nFf, nEmbd), bias(key, `${b}.ffn_down.bias`, nEmbd),
+    );
+  }
+  tensors.push(
+    normWeight(key, 'v.post_ln.weight', nEmbd), bias(key, 'v.post_ln.bias', nEmbd),
+    linear(key, 'mm.0.weight', nMerged, nMerged), bias(key, 'mm.0.bias', nMerged),
+    linear(key, 'mm.2.weight', nMerged, textEmbd), bias(key, 'mm.2.bias', textEmbd),
+  );
+  return { kv, tensors };
+}
+
+/** GGUF types of the tokenizer keys copied from the source model (the reader gives values only). */
+function tokenizerKvType(k, v) {
+  if (Array.isArray(v)) {
+    if (k.endsWith('.token_type')) return ['ARRAY', 'I32'];
+    if (k.endsWith('.scores')) return ['ARRAY', 'F32'];
+    if (v.every((s) => typeof s === 'string')) return ['ARRAY', 'STRING'];
+  } else if (typeof v === 'string') return 'STRING';
+  else if (typeof v === 'boolean') return 'BOOL';
+  else if (Number.isInteger(v) && /_id$/.test(k)) return 'U32';
+  throw new Error(`${k}: no GGUF type known for this tokenizer key`);
+}
+
+/** The GGUF spec of the tiny Qwen2-VL text model, given the tokenizer kv of a Qwen2 model. */
+export function qwen2vlTextSpec(tokenizerKv) {
+  const { nEmbd, nFf, nHead, nHeadKv, nLayer, nCtx, ropeSections } = QWEN2VL_TEXT_HPARAMS;
+  const key = 'qwen2vl-tiny';
+  const nVocab = tokenizerKv['tokenizer.ggml.tokens']?.length;
+  if (!nVocab) throw new Error('tokenizer.ggml.tokens missing from the tokenizer source');
+  const headDim = nEmbd / nHead;
+  const kvDim = headDim * nHeadKv;
+  const arch = 'qwen2vl';
+  const kv = [
+    ['general.architecture', 'STRING', arch],
+    ['general.type', 'STRING', 'model'],
+    ['general.name', 'STRING', 'qwen2vl-tiny (random weights, test fixture)'],
+    ['general.file_type', 'U32', 1],
+    [`${arch}.context_length`, 'U32', nCtx],
+    [`${arch}.embedding_length`, 'U32', nEmbd],
+    [`${arch}.block_count`, 'U32', nLayer],
+    [`${arch}.feed_forward_length`, 'U32', nFf],
+    [`${arch}.attention.head_count`, 'U32', nHead],
+    [`${arch}.attention.head_count_kv`, 'U32', nHeadKv],
+    [`${arch}.attention.layer_norm_rms_epsilon`, 'F32', 1e-6],
+    [`${arch}.rope.freq_base`, 'F32', 1000000],
+    [`${arch}.rope.dimension_sections`, ['ARRAY', 'I32'], ropeSections],
+  ];
+  for (const k of Object.keys(tokenizerKv).sort()) kv.push([k, tokenizerKvType(k, tokenizerKv[k]), tokenizerKv[k]]);
+  // token_embd is also the (tied) output: std 1 matches the projector's output scale.
+  // The layers' output projections get a gain of 2 so that what they add
+  // outweighs the last token's own embedding (with gain 1 a tied random model
+  // mostly repeats its last token, whatever the image).
+  const OUT_GAIN = 2;
+  const tensors = [randomTensor(key, 'token_embd.weight', [nEmbd, nVocab], { std: 1, type: 'F16' }), normWeight(key, 'output_norm.weight', nEmbd)];
+  for (let i = 0; i < nLayer; i++) {
+    const b = `blk.${i}`;
+    tensors.push(
+      normWeight(key, `${b}.attn_norm.weight`, nEmbd),
+      linear(key, `${b}.attn_q.weight`, nEmbd, nEmbd), bias(key, `${b}.attn_q.bias`, nEmbd),
+      linear(key, `${b}.attn_k.weight`, nEmbd, kvDim), bias(key, `${b}.attn_k.bias`, kvDim),
+      linear(key, `${b}.attn_v.weight`, nEmbd, kvDim), bias(key, `${b}.attn_v.bias`, kvDim),
+      linear(key, `${b}.attn_output.weight`, nEmbd, nEmbd, 'F16', OUT_GAIN),
+      normWeight(key, `${b}.ffn_norm.weight`, nEmbd),
+      linear(key, `${b}.ffn_gate.weight`, nEmbd, nFf),
+      linear(key, `${b}.ffn_up.weight`, nEmbd, nFf),
+      linear(key, `${b}.ffn_down.weight`, nFf, nEmbd, 'F16', OUT_GAIN),
+    );
+  }
+  return { kv, tensors };
+}
+
+// ---------------------------------------------------------------------------
+
+/**
+ * Writes the fixtures into `modelsDir` (byte-identical every run; each file
+ * written atomically). Returns `{ written: [file, …], skipped: [{ file, reason }] }`.
+ */
+export async function makeMultimodalFixtures(modelsDir) {
+  const written = [];
+  const skipped = [];
+  fs.mkdirSync(modelsDir, { recursive: true });
+
+  // gemma3: the projection width is the text model's n_embd (640) when it is there
+  let gemmaEmbd = GEMMA_VISION.projectionDim;
+  const gemmaText = path.join(modelsDir, GEMMA_TEXT);
+  if (fs.existsSync(gemmaText)) {
+    const { kv } = await readGgufHeader(gemmaText, { keep: (k) => !k.startsWith('tokenizer.') });
+    const n = kv[`${kv['general.architecture']}.embedding_length`];
+    if (n !== gemmaEmbd) throw new Error(`${GEMMA_TEXT}: embedding_length ${n}, the fixture expects ${gemmaEmbd}`);
+  }
+  const gemmaOut = path.join(modelsDir, GEMMA_MMPROJ);
+  writeGguf(gemmaOut, gemma3MmprojSpec(gemmaEmbd));
+  written.push(gemmaOut);
+
+  // qwen2vl: needs the Qwen2 tokenizer from the (real) coder model
+  const source = path.join(modelsDir, QWEN_TOKENIZER_SOURCE);
+  if (!fs.existsSync(source)) {
+    for (const f of [QWEN2VL_TEXT, QWEN2VL_MMPROJ]) skipped.push({ file: path.join(modelsDir, f), reason: `${QWEN_TOKENIZER_SOURCE} (tokenizer source) is missing` });
+  } else {
+    const { kv } = await readGgufHeader(source, { keep: (k) => k.startsWith('tokenizer.') });
+    const textOut = path.join(modelsDir, QWEN2VL_TEXT);
+    writeGguf(textOut, qwen2vlTextSpec(kv));
+    written.push(textOut);
+    const projOut = path.join(modelsDir, QWEN2VL_MMPROJ);
+    writeGguf(projOut, qwen2vlMmprojSpec(QWEN2VL_TEXT_HPARAMS.nEmbd));
+    written.push(projOut);
+  }
+  return { written, skipped };
+}
+
+// ---------------------------------------------------------------------------
+// Test images
+
+const CRC_TABLE = (() => {
+  const t = new Uint32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    t[n] = c >>> 0;
+  }
+  return t;
+})();
+function crc32(buf) {
+  let c = 0xffffffff;
+  for (let i = 0; i < buf.length; i++) c = CRC_TABLE[(c ^ buf[i]) & 0xff] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+}
+function pngChunk(type, data) {
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(data.length, 0);
+  head.write(type, 4, 'latin1');
+  const crc = Buffer.alloc(4);
+  crc.writeUInt32BE(crc32(Buffer.concat([head.subarray(4), data])), 0);
+  return Buffer.concat([head, data, crc]);
+}
+
+/**
+ * The RGB pixels (Uint8Array, row-major, 3 bytes a pixel) of a seeded test
+ * pattern: a two-colour linear gradient at a random angle, a few filled
+ * rectangles and a disc, light noise. Different seeds look clearly different.
+ */
+export function testPixels(width, height, seed) {
+  const rand = mulberry32(seed ^ 0x9e3779b9);
+  const color = () => [0, 1, 2].map(() => Math.floor(rand() * 256));
+  const c0 = color(), c1 = color();
+  const angle = rand() * 2 * Math.PI;
+  const dx = Math.cos(angle), dy = Math.sin(angle);
+  const rects = Array.from({ length: 3 }, () => {
+    const x0 = Math.floor(rand() * width), y0 = Math.floor(rand() * height);
+    return { x0, y0, x1: x0 + 1 + Math.floor(rand() * width / 2), y1: y0 + 1 + Math.floor(rand() * height / 2), c: color() };
+  });
+  const disc = { cx: rand() * width, cy: rand() * height, r: (0.1 + rand() * 0.25) * Math.min(width, height), c: color() };
+  const px = new Uint8Array(width * height * 3);
+  for (let y = 0; y < height; y++) {
+    for (let x = 0; x < width; x++) {
+      let t = ((x / Math.max(1, width - 1) - 0.5) * dx + (y / Math.max(1, height - 1) - 0.5) * dy) + 0.5;
+      t = Math.min(1, Math.max(0, t));
+      let c = [0, 1, 2].map((i) => c0[i] + (c1[i] - c0[i]) * t);
+      for (const r of rects) if (x >= r.x0 && x < r.x1 && y >= r.y0 && y < r.y1) c = r.c;
+      if ((x + 0.5 - disc.cx) ** 2 + (y + 0.5 - disc.cy) ** 2 < disc.r ** 2) c = disc.c;
+      const o = (y * width + x) * 3;
+      for (let i = 0; i < 3; i++) px[o + i] = Math.min(255, Math.max(0, Math.round(c[i] + (rand() - 0.5) * 16)));
+    }
+  }
+  return px;
+}
+
+/** A valid 8-bit RGB PNG (Buffer) of `testPixels(width, height, seed)`. */
+export function pngBytes(width, height, seed = 1) {
+  if (!Number.isInteger(width) || !Number.isInteger(height) || width <= 0 || height <= 0) throw new TypeError(`png size ${width}x${height}`);
+  const px = testPixels(width, height, seed >>> 0);
+  const raw = Buffer.alloc((width * 3 + 1) * height);
+  for (let y = 0; y < height; y++) {
+    raw[y * (width * 3 + 1)] = 0; // filter: none
+    Buffer.from(px.buffer, y * width * 3, width * 3).copy(raw, y * (width * 3 + 1) + 1);
+  }
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(width, 0);
+  ihdr.writeUInt32BE(height, 4);
+  ihdr[8] = 8; // bit depth
+  ihdr[9] = 2; // colour type RGB
+  ihdr[10] = 0; ihdr[11] = 0; ihdr[12] = 0;
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    pngChunk('IHDR', ihdr),
+    pngChunk('IDAT', zlib.deflateSync(raw, { level: 9 })),
+    pngChunk('IEND', Buffer.alloc(0)),
+  ]);
+}
+
+// ---------------------------------------------------------------------------
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+  const dir = path.resolve(process.argv[2] || path.join(root, 'models'));
+  try {
+    const { written, skipped } = await makeMultimodalFixtures(dir);
+    const show = (f) => (path.relative(process.cwd(), f).startsWith('..') ? f : path.relative(process.cwd(), f));
+    for (const f of written) console.log(`${show(f)}: ${(fs.statSync(f).size / 1048576).toFixed(1)} MiB`);
+    for (const s of skipped) console.error(`${show(s.file)}: skipped (${s.reason})`);
+  } catch (e) {
+    console.error(`mm-fixtures: ${e.message}`);
+    process.exit(1);
+  }
+}
