@@ -62,6 +62,13 @@ export interface EngineOptions {
   modelPath: string
   /** Draft model for speculative decoding (same vocabulary as the target). */
   draftModelPath?: string
+  /**
+   * The model's multimodal projector (`mmproj-*.gguf`, a path or an `hf:`
+   * URI): messages may then carry images (and audio, with an audio
+   * projector). A projector of another model, or a damaged file, is refused
+   * with its cause (`MODEL_LOAD_FAILED`).
+   */
+  mmprojPath?: string
   /** Default 4096, capped at the model's training context. */
   contextSize?: number
   /** Default 512. */
@@ -235,10 +242,37 @@ export type LoadedSession = {
 } & SessionConversation
 
 /** A text part of an OpenAI-style message. */
-export interface ChatContentPart {
+export interface ChatTextPart {
   type: 'text'
   text: string
 }
+
+/**
+ * An image or audio file in a message (the engine needs `mmprojPath`):
+ * its bytes (`Uint8Array`/`Buffer`, or base64 text, or a `data:` URL), or a
+ * file of the host's by `path`. PNG, JPEG, GIF, BMP; WAV, MP3, FLAC; at
+ * most 20 MiB and 8192×8192 pixels each, 16 per request.
+ */
+export interface ChatMediaPart {
+  type: 'image' | 'audio'
+  data?: Uint8Array | ArrayBuffer | string
+  path?: string
+  mimeType?: string
+}
+
+/** OpenAI's image part: a `data:` URL (remote URLs only through `serve --allow-remote-media`). */
+export interface ChatImageUrlPart {
+  type: 'image_url'
+  image_url: { url: string; detail?: string } | string
+}
+
+/** OpenAI's audio part: base64 bytes of a WAV or MP3 file. */
+export interface ChatInputAudioPart {
+  type: 'input_audio'
+  input_audio: { data: string; format: string }
+}
+
+export type ChatContentPart = ChatTextPart | ChatMediaPart | ChatImageUrlPart | ChatInputAudioPart
 
 /**
  * One message of a conversation (OpenAI's shape). `role` is usually
@@ -435,6 +469,12 @@ export interface Timings {
   predicted_ms: number
   predicted_per_token_ms: number
   predicted_per_second: number
+  /** Images and audio files in the prompt. */
+  media_n: number
+  /** Ms the projector spent encoding them (0 for files encoded for an earlier request and kept). */
+  media_encode_ms: number
+  /** Ms their embeddings took to go into the context (part of `prompt_ms`). */
+  media_decode_ms: number
 }
 
 export interface SpeculativeStats {
@@ -536,6 +576,8 @@ export interface EngineStatus {
    * less memory; the same bits, slower decoding).
    */
   batchInvariance?: string
+  /** What the projector (`mmprojPath`) lets the model read; null without one. */
+  media?: { vision: boolean; audio: boolean } | null
   /**
    * The CPU back end computing: in the prebuilt addon, the variant chosen at
    * load for this CPU (e.g. `"haswell"`, `"skylakex"`, `"sapphirerapids"`;

@@ -114,7 +114,8 @@ describe('SmolLM2 with the template in its GGUF', () => {
       [{ messages: [] }, /^messages: must contain/],
       [{ messages: [{ role: 'user' }] }, /^messages\[0\]\.content: required/],
       [{ messages: [{ role: 'user', content: 7 }] }, /^messages\[0\]\.content: expected a string or an array/],
-      [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, /^messages\[0\]\.content\[0\]\.type: only "text"/],
+      [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, /^messages\[0\]\.content\[0\]\.image_url\.url: expected a data: URL/],
+      [{ messages: [{ role: 'user', content: [{ type: 'video', data: 'x' }] }] }, /^messages\[0\]\.content\[0\]\.type: expected "text", "image"/],
       [{ messages: [{ content: 'x' }] }, /^messages\[0\]\.role: required/],
       [{ prompt: 'x', messages: user('x') }, /^messages: give either prompt or messages/],
     ]

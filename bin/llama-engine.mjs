@@ -53,6 +53,8 @@ function fieldOption(flag, field) {
 const OPTIONS = {
   model: { type: 'string', short: 'm' },
   draft: { type: 'string' },
+  mmproj: { type: 'string' },
+  image: { type: 'string', multiple: true },
   lora: { type: 'string', multiple: true },
   ...Object.fromEntries(SPECULATIVE_FLAGS.map((f) => fieldOption(f.flag, f))),
   ...Object.fromEntries(REQUEST_FLAGS.map((f) => fieldOption(f.name, f))),
@@ -97,6 +99,8 @@ Models:
   -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
                             or $LLAMA_ENGINE_MODELS_DIR/${DEFAULT_MODEL})
       --draft PATH          draft model for speculative decoding (same vocabulary)
+      --mmproj PATH         the model's multimodal projector (mmproj GGUF): images in --chat
+      --image FILE          an image (or audio file) for the first user message; repeats
       --lora PATH[:SCALE]   a LoRA adapter (GGUF) applied at SCALE (default 1); repeats
   -c, --ctx-size N          context size (default 4096, capped at the model's)
   -t, --threads N           threads (default: available parallelism)
@@ -220,6 +224,7 @@ function loadOptions(v, env) {
   const where = (m) => (/^(hf:|https?:\/\/)/i.test(m) ? m : resolve(m))
   const load = { modelPath: v.model !== undefined ? where(v.model) : join(modelsDir, DEFAULT_MODEL) }
   if (v.draft !== undefined) load.draftModelPath = where(v.draft)
+  if (v.mmproj !== undefined) load.mmprojPath = where(v.mmproj)
   if (v.lora !== undefined) load.loras = v.lora.map((spec) => loraOption(spec, where))
   if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
@@ -278,7 +283,8 @@ export function parseCli(argv, env = process.env) {
     help: Boolean(v.help),
     json: Boolean(v.json),
     noColor: Boolean(v['no-color']) || Boolean(env.NO_COLOR),
-    chat: Boolean(v.chat) || v.system !== undefined || Boolean(v.interactive),
+    chat: Boolean(v.chat) || v.system !== undefined || Boolean(v.interactive) || v.image !== undefined,
+    images: (v.image ?? []).map((f) => resolve(f)),
     system: v.system,
     interactive: Boolean(v.interactive),
     session: v.session,
@@ -356,6 +362,8 @@ const SERVE_OPTIONS = {
   lora: { type: 'string', multiple: true },
   model: OPTIONS.model,
   draft: OPTIONS.draft,
+  mmproj: OPTIONS.mmproj,
+  'allow-remote-media': { type: 'boolean' },
   'ctx-size': OPTIONS['ctx-size'],
   threads: OPTIONS.threads,
   parallel: { type: 'string' },
@@ -387,6 +395,9 @@ Model:
   -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
                             or $LLAMA_ENGINE_MODELS_DIR/${DEFAULT_MODEL})
       --draft PATH          draft model for speculative decoding
+      --mmproj PATH|URI     the model's multimodal projector: image (and audio) parts in
+                            every API (data: URLs and base64)
+      --allow-remote-media  also fetch http(s) image URLs (at most 20 MiB, 10 s each)
       --lora PATH[:SCALE]   a LoRA adapter (GGUF) at SCALE (default 1); repeats; ids in
                             this order (request field lora, GET/POST /lora-adapters)
   -c, --ctx-size N          context size per slot (default 4096)
@@ -439,6 +450,7 @@ export function parseServe(argv, env = process.env) {
   if (apiKey) server.apiKey = apiKey
   if (v['max-queue'] !== undefined) server.maxQueue = nonNegative('max-queue', v['max-queue'])
   if (v.cors !== undefined) server.cors = v.cors
+  if (v['allow-remote-media']) server.allowRemoteMedia = true
   if (v['model-name'] !== undefined) server.modelName = v['model-name']
   if (v['headers-timeout'] !== undefined) server.headersTimeoutMs = nonNegative('headers-timeout', v['headers-timeout'])
   if (v['request-timeout'] !== undefined) server.requestTimeoutMs = nonNegative('request-timeout', v['request-timeout'])
@@ -761,7 +773,8 @@ export async function main(argv = process.argv.slice(2)) {
       process.off('SIGINT', onSigint) // the conversation handles Ctrl-C itself
       return await converse(engine, cli, onEvent, write)
     }
-    const input = cli.chat ? { messages: [...opening(cli), { role: 'user', content: prompt }] } : { prompt }
+    const content = cli.images.length ? [...cli.images.map((path) => ({ type: /\.(wav|mp3|flac)$/i.test(path) ? 'audio' : 'image', path })), { type: 'text', text: prompt }] : prompt
+    const input = cli.chat ? { messages: [...opening(cli), { role: 'user', content }] } : { prompt }
     let result
     try {
       result = await engine.complete({ ...cli.request, ...input }, onEvent, ac.signal)

@@ -70,7 +70,7 @@ class LlamaEngine {
     rest.selfCheckCache = selfCheckCache(rest.selfCheckCache)
     // hf: and https: models are fetched first (models/resolve.js); onProgress
     // then covers the download (the first half) and the load.
-    const remote = ['modelPath', 'draftModelPath'].filter((k) => isRemoteModel(rest[k]))
+    const remote = ['modelPath', 'draftModelPath', 'mmprojPath'].filter((k) => isRemoteModel(rest[k]))
     const share = remote.length ? 0.5 : 0
     if (remote.length) {
       const sizes = new Map()

@@ -18,14 +18,52 @@ function floats(base64) {
 // JSON cannot carry NaN/Infinity (JSON.stringify turns them into null, which
 // would silently mean "default"); send them as strings so validation rejects
 // them by name.
-function replacer(_key, value) {
+// Bytes (a media part's `data`: Buffer, Uint8Array, ArrayBuffer) travel as
+// base64; `this[key]` is the value before its own toJSON (a Buffer's).
+function replacer(key, value) {
+  const raw = this && typeof this === 'object' ? this[key] : value
+  if (raw instanceof Uint8Array) return Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('base64')
+  if (raw instanceof ArrayBuffer) return Buffer.from(raw).toString('base64')
   if (typeof value === 'number' && !Number.isFinite(value)) return String(value)
   if (typeof value === 'bigint') return value.toString()
   return value
 }
 
+// The largest media file a part may name by `path` (as the engine's limit).
+const MAX_MEDIA_FILE = 20 * 1024 * 1024
+
+// A request whose messages name media files by `path` (`{ type: 'image',
+// path }`: the host's own files; the server never passes such parts on),
+// with their bytes read in.
+function withMediaFiles(request) {
+  if (!request || typeof request !== 'object' || !Array.isArray(request.messages)) return request
+  const named = (p) => p && typeof p === 'object' && (p.type === 'image' || p.type === 'audio') && p.path != null && p.data == null
+  if (!request.messages.some((m) => m && Array.isArray(m.content) && m.content.some(named))) return request
+  const fs = require('node:fs')
+  const messages = request.messages.map((m, i) => {
+    if (!m || !Array.isArray(m.content) || !m.content.some(named)) return m
+    const content = m.content.map((p, j) => {
+      if (!named(p)) return p
+      const at = `messages[${i}].content[${j}].path`
+      if (typeof p.path !== 'string' || p.path === '') throw engineError('INVALID_REQUEST', `${at}: expected a file path`)
+      let size
+      try {
+        size = fs.statSync(p.path).size
+      } catch (e) {
+        throw engineError('INVALID_REQUEST', `${at}: cannot read ${p.path} (${e.code || e.message})`)
+      }
+      if (size > MAX_MEDIA_FILE) throw engineError('INVALID_REQUEST', `${at}: ${size} bytes; at most 20 MiB per media file`)
+      const { path, ...rest } = p
+      return { ...rest, data: fs.readFileSync(path) }
+    })
+    return { ...m, content }
+  })
+  return { ...request, messages }
+}
+
 function requestJson(request) {
   if (typeof request === 'string') return request
+  request = withMediaFiles(request)
   if (request === null || typeof request !== 'object' || Array.isArray(request)) {
     throw engineError('INVALID_REQUEST', 'request: expected an object or a string')
   }

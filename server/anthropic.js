@@ -36,7 +36,7 @@ function blockText(block, here, images) {
     return block.text
   }
   if (block.type === 'image' || block.type === 'document') {
-    if (images === 'refuse') throw invalid(`${here}.type`, `${block.type}: this server runs a text-only model`)
+    if (images === 'refuse') throw invalid(`${here}.type`, `${block.type}: not read here`)
     return `[${block.type}]`
   }
   throw invalid(`${here}.type`, `${JSON.stringify(block.type)} is not a content block this server reads here`)
@@ -46,7 +46,27 @@ function blockText(block, here, images) {
 function blocksText(content, at, { images = 'refuse' } = {}) {
   if (typeof content === 'string') return content
   if (!Array.isArray(content)) throw invalid(at, 'expected a string or an array of content blocks')
+  if (images === 'parts' && content.some((b) => b?.type === 'image')) return imageParts(content, at)
   return content.map((block, j) => blockText(block, `${at}.${j}`, images)).join('\n')
+}
+
+/** Blocks with images as chat content parts: base64 images as bytes, `url` images as image_url parts. */
+function imageParts(content, at) {
+  return content.map((block, j) => {
+    const here = `${at}.${j}`
+    if (block?.type !== 'image') return { type: 'text', text: blockText(block, here, 'refuse') + (j + 1 < content.length ? '\n' : '') }
+    const src = block.source
+    if (!isObject(src)) throw invalid(`${here}.source`, 'required: { type: "base64", media_type, data }')
+    if (src.type === 'base64') {
+      if (typeof src.data !== 'string') throw invalid(`${here}.source.data`, 'expected base64 text')
+      return { type: 'image', data: src.data, mimeType: src.media_type }
+    }
+    if (src.type === 'url') {
+      if (typeof src.url !== 'string') throw invalid(`${here}.source.url`, 'expected a URL')
+      return { type: 'image_url', image_url: { url: src.url } }
+    }
+    throw invalid(`${here}.source.type`, 'expected "base64" or "url"')
+  })
 }
 
 /**
@@ -66,17 +86,23 @@ function messagesOf(body) {
     if (!Array.isArray(m.content)) throw invalid(`${at}.content`, 'expected a string or an array of content blocks')
     if (m.role === 'user') {
       const texts = []
+      const blocks = []
       m.content.forEach((block, j) => {
         const here = `${at}.content.${j}`
         if (block?.type === 'tool_result') {
           if (typeof block.tool_use_id !== 'string') throw invalid(`${here}.tool_use_id`, 'expected a string')
           const text = block.content == null ? '' : blocksText(block.content, `${here}.content`, { images: 'name' })
           push({ role: 'tool', tool_call_id: block.tool_use_id, content: block.is_error === true ? `Error: ${text}` : text }, here)
+        } else if (block?.type === 'image') {
+          blocks.push(block)
         } else {
           texts.push(blockText(block, here, 'refuse'))
+          blocks.push(block)
         }
       })
-      if (texts.length > 0) push({ role: 'user', content: texts.join('\n') }, `${at}.content`)
+      // With images: content parts (each image where it stood), else the text.
+      if (blocks.some((b) => b?.type === 'image')) push({ role: 'user', content: imageParts(blocks, `${at}.content`) }, `${at}.content`)
+      else if (texts.length > 0) push({ role: 'user', content: texts.join('\n') }, `${at}.content`)
       return
     }
     const message = { role: 'assistant', content: '' }

@@ -13,6 +13,7 @@ const { Metrics } = require('./metrics.js')
 const { findRoute, protocolOf } = require('./protocols.js')
 const { ResponseStore } = require('./response-store.js')
 const { anySignal } = require('./util.js')
+const { serverMedia } = require('./media.js')
 
 const DEFAULTS = {
   apiKey: undefined,
@@ -26,6 +27,7 @@ const DEFAULTS = {
   responsesMax: 1000,
   responsesMaxBytes: 64 * 1024 * 1024,
   responsesFile: undefined,
+  allowRemoteMedia: false,
   onError: undefined,
 }
 
@@ -101,6 +103,7 @@ function createCore(engineOrPromise, options) {
 
   /** Runs one engine request through the queue, with the client's signal, measured. */
   async function generate(exchange, t0, request, onEvent) {
+    request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, signal: exchange.signal })
     const release = await queue.acquire(exchange.signal)
     const ac = new AbortController()
     const signal = anySignal([exchange.signal, ac.signal])

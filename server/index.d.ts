@@ -54,6 +54,12 @@ export interface ServerOptions {
    */
   responsesFile?: string
   /**
+   * Fetch http(s) image URLs of image parts (OpenAI `image_url`, Responses
+   * `input_image`, Anthropic `url` images) into the request: at most 20 MiB
+   * each, within 10 s. Default false: only data: URLs and base64 are read.
+   */
+  allowRemoteMedia?: boolean
+  /**
    * Called for every answer with a status of 500 or more (also an error
    * sent as an event mid-stream): the error (`status`, `code`, `message`,
    * which says its cause) and the request. Nothing is printed otherwise;

@@ -30,6 +30,15 @@ const DROPPED_ITEMS = new Set(['web_search_call', 'file_search_call', 'image_gen
 function contentText(content, at) {
   if (typeof content === 'string') return content
   if (!Array.isArray(content)) throw invalid(at, 'expected a string or an array of content parts')
+  // With an image: chat content parts (the engine reads input_image's data: URL).
+  if (content.some((part) => part?.type === 'input_image')) {
+    return content.map((part, j) => {
+      if (part?.type !== 'input_image') return { type: 'text', text: contentText([part], at) }
+      const url = typeof part.image_url === 'string' ? part.image_url : null
+      if (!url) throw invalid(`${at}[${j}].image_url`, part.file_id ? 'file_id: uploaded files are not kept here; send a data: URL' : 'required: a data: URL')
+      return { type: 'image_url', image_url: { url } }
+    })
+  }
   return content
     .map((part, j) => {
       const here = `${at}[${j}]`
@@ -42,8 +51,6 @@ function contentText(content, at) {
           return part.text
         case 'refusal':
           return typeof part.refusal === 'string' ? part.refusal : ''
-        case 'input_image':
-          throw invalid(here, 'input_image: this server runs a text-only model')
         case 'input_file':
           throw invalid(here, 'input_file: not supported')
         default:

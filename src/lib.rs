@@ -398,6 +398,7 @@ impl NativeEngine {
                 "predicted": s.predicted,
                 "cachedTokens": s.cached,
             })).collect::<Vec<_>>(),
+            "media": info.media.map(|(vision, audio)| json!({ "vision": vision, "audio": audio })),
             "loras": info.loras.iter().enumerate().map(|(i, (path, scale))| json!({ "id": i, "path": path, "scale": scale })).collect::<Vec<_>>(),
             "ngramCache": {
                 "dynamicEntries": ngram_dynamic,

@@ -19,6 +19,7 @@
 //! - `slot.rs`: a slot's KV stream and the request generating in it;
 //! - `sampler.rs`: a request's sampler chain;
 //! - `draft_model.rs`: the draft model as a drafter, per slot;
+//! - `media.rs`: images and audio through the projector (llama.cpp's mtmd);
 //! - `calibrate.rs`: batch costs and the batch-invariance self-check;
 //!   `attention_check.rs` and `matmul_check.rs` its kernel-level parts;
 //! - `vocab.rs`: tokenizing and chat rendering, on any thread (also
@@ -44,6 +45,7 @@ pub mod kv;
 pub mod llama_log;
 mod lora;
 mod matmul_check;
+pub mod media;
 pub mod memory;
 pub mod model;
 mod prepare;
@@ -76,6 +78,14 @@ use prepare::{Preparer, Work};
 pub use shared::Job;
 use shared::{NgramStore, Shared};
 use vocab::Vocab;
+
+/// A request's prompt, tokenized on the preparing thread.
+pub(crate) struct PreparedPrompt {
+    pub(crate) tokens: Vec<LlamaToken>,
+    /// Its images and audio, encoded, and where they stand in `tokens`.
+    pub(crate) media: Vec<media::MediaSpan>,
+    pub(crate) encode_ms: f64,
+}
 
 /// What `status()` reports.
 #[derive(Debug, Clone, Default)]
@@ -113,6 +123,9 @@ pub struct Engine {
     /// The thread that parses, renders and tokenizes what callers send
     /// (`prepare`), started by `start_preparing` once the engine is shared.
     preparer: OnceLock<Preparer>,
+    /// The multimodal projector (`mmprojPath`): media are tokenized and
+    /// encoded with it on the preparing thread.
+    projector: Option<Arc<media::Projector>>,
 }
 
 impl Engine {
@@ -145,6 +158,7 @@ impl Engine {
             suffix_path: vocab_opts.suffix_cache_path.clone(),
             suffix_errors,
             preparer: OnceLock::new(),
+            projector: ready.projector,
         })
     }
 
@@ -193,7 +207,7 @@ impl Engine {
 
     fn prepare_job(&self, id: u64, json: &str, sink: Box<dyn EventSink>, cancel: Arc<AtomicBool>) {
         let prepared =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(CompletionRequest, ChatPlan, Vec<LlamaToken>)> {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(CompletionRequest, ChatPlan, PreparedPrompt)> {
                 let mut request = parse_request_json(json, &self.limits())?;
                 let plan = self.prepare(&mut request)?;
                 let tokens = self.tokenize_request(&request)?;
@@ -208,7 +222,18 @@ impl Engine {
                 return sink.finish(Err(e));
             }
         };
-        let job = Job { id, request, plan, sink, cancel, session: None, compiled: None, tokens: Some(tokens) };
+        let job = Job {
+            id,
+            request,
+            plan,
+            sink,
+            cancel,
+            session: None,
+            compiled: None,
+            tokens: Some(tokens.tokens),
+            media: tokens.media,
+            encode_ms: tokens.encode_ms,
+        };
         match self.shared.submit_prepared(job) {
             Ok(()) => {}
             Err(shared::NotQueued::Closed(job)) => job.sink.finish(Err(EngineError::disposed())),
@@ -248,9 +273,33 @@ impl Engine {
         chat::prepare(request, self.vocab.chat(), &model)
     }
 
-    /// A prepared request's prompt as tokens.
-    fn tokenize_request(&self, request: &CompletionRequest) -> Result<Vec<LlamaToken>> {
-        model::tokenize_prompt(&*self.model()?, request, &self.info)
+    /// A prepared request's prompt as tokens; with images or audio, their
+    /// chunks encoded (`media`).
+    pub(crate) fn tokenize_request(&self, request: &CompletionRequest) -> Result<PreparedPrompt> {
+        let model = self.model()?;
+        let media = request.media();
+        if media.is_empty() {
+            let tokens = model::tokenize_prompt(&model, request, &self.info)?;
+            return Ok(PreparedPrompt { tokens, media: Vec::new(), encode_ms: 0.0 });
+        }
+        let Some(projector) = &self.projector else {
+            return Err(EngineError::invalid(
+                &media[0].at,
+                format!(
+                    "{} reads text only: load the engine with mmprojPath (the model's projector) to send images or audio",
+                    self.info.name
+                ),
+            ));
+        };
+        let text = match request.prompt.as_slice() {
+            [llama_engine_core::request::PromptPart::Chat(text)] => text,
+            _ => return Err(EngineError::invalid(&media[0].at, "images and audio are read in chat messages only")),
+        };
+        let vocab = model.vocab();
+        let bos = vocab.token_to_piece(vocab.bos(), true, None);
+        let add_bos = vocab.should_add_bos() && !text.as_bytes().starts_with(&bos);
+        let prompt = projector.prepare(text, &media, add_bos)?;
+        Ok(PreparedPrompt { tokens: prompt.tokens, media: prompt.spans, encode_ms: prompt.encode_ms })
     }
 
     fn model(&self) -> Result<Arc<LlamaModel>> {

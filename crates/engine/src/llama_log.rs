@@ -88,6 +88,8 @@ pub fn install() {
     INSTALL.call_once(|| {
         // SAFETY: registers a plain function with no user data.
         unsafe { llama_cpp_sys_2::llama_log_set(Some(on_log), std::ptr::null_mut()) };
+        // The projector's library (mtmd, clip) logs through its own hook.
+        unsafe { llama_cpp_sys_2::mtmd_helper_log_set(Some(on_log), std::ptr::null_mut()) };
     });
 }
 

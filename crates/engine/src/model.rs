@@ -86,6 +86,8 @@ pub struct ModelInfo {
     pub n_embd: usize,
     /// LoRA adapters loaded (path, default scale), ids in this order.
     pub loras: Vec<(String, f32)>,
+    /// What the projector (`mmprojPath`) lets the model read: images, audio.
+    pub media: Option<(bool, bool)>,
 }
 
 /// A model as loaded, with the weight types its file holds (ggml's names:
@@ -306,6 +308,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         causal: arch_meta(model, "attention.causal").is_none_or(|v| v.trim() != "false"),
         n_embd: model.n_embd_out().max(0) as usize,
         loras: Vec::new(),
+        media: None,
     }
 }
 

@@ -168,7 +168,8 @@ impl TokenSampler {
     /// constrains generated text only).
     pub fn accept_prompt(&mut self, tokens: &[LlamaToken]) {
         if let Some(h) = self.history.as_mut() {
-            for &t in tokens {
+            // (Media chunks' tokens are not text: penalties skip them.)
+            for &t in tokens.iter().filter(|t| !crate::media::is_media_token(**t)) {
                 h.accept(t);
             }
         }

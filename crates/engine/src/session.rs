@@ -55,7 +55,9 @@ impl Engine {
                         cancel,
                         session: Some(session),
                         compiled: None,
-                        tokens: Some(tokens),
+                        tokens: Some(tokens.tokens),
+                        media: tokens.media,
+                        encode_ms: tokens.encode_ms,
                     });
                 }
                 Err(e) => sink.reply(Err(e)),
@@ -121,6 +123,8 @@ impl Engine {
                         session: Some(SessionJob::Load(Box::new(session))),
                         compiled: None,
                         tokens: None,
+                        media: Vec::new(),
+                        encode_ms: 0.0,
                     };
                     if let Err(job) = shared.submit(job) {
                         job.sink.reply(Err(EngineError::disposed()));

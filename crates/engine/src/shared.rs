@@ -42,6 +42,10 @@ pub struct Job {
     pub compiled: Option<Result<(Grammar, Constraint), EngineError>>,
     /// Its prompt's tokens, when the preparing thread tokenized it.
     pub tokens: Option<Vec<LlamaToken>>,
+    /// Its images and audio, encoded, where they stand in `tokens`.
+    pub media: Vec<crate::media::MediaSpan>,
+    /// Time the preparing thread spent encoding them.
+    pub encode_ms: f64,
 }
 
 /// The session jobs: they take a slot like a request, and answer with

@@ -198,6 +198,8 @@ pub struct PromptTokens {
     /// Tokens kept on a context shift.
     pub n_keep: usize,
     pub truncated: bool,
+    /// Its images and audio: where each stands in `tokens`.
+    pub media: Vec<crate::media::MediaSpan>,
 }
 
 /// The settings a kept controller learnt with: `n_max`, `adaptive`, greedy.
@@ -241,6 +243,9 @@ pub struct Request<'m> {
     /// Its scale of every loaded LoRA adapter, and their tag.
     lora: Vec<f32>,
     lora_tag: u64,
+    /// Ms its media took to encode (preparing) and to decode into its cells.
+    media_encode_ms: f64,
+    media_decode_ms: f64,
 }
 
 impl<'m> Request<'m> {
@@ -287,7 +292,14 @@ impl<'m> Request<'m> {
             generating_since: None,
             lora: Vec::new(),
             lora_tag: 0,
+            media_encode_ms: job.encode_ms,
+            media_decode_ms: 0.0,
         }
+    }
+
+    /// Its media decode took `ms` more.
+    pub fn add_media_decode_ms(&mut self, ms: f64) {
+        self.media_decode_ms += ms;
     }
 
     pub fn id(&self) -> u64 {
@@ -323,6 +335,22 @@ impl<'m> Request<'m> {
 
     pub fn n_keep(&self) -> usize {
         self.prompt.n_keep
+    }
+
+    /// Whether its prompt holds images or audio (its context is then never
+    /// shifted: a shift could cut through one).
+    pub fn has_media(&self) -> bool {
+        !self.prompt.media.is_empty()
+    }
+
+    /// The media chunk of its prompt that starts at token `at`, if one does.
+    pub fn media_at(&self, at: usize) -> Option<&crate::media::MediaSpan> {
+        self.prompt.media.iter().find(|s| s.start == at)
+    }
+
+    /// Where the next media chunk at or after token `at` starts.
+    pub fn next_media(&self, at: usize) -> Option<usize> {
+        self.prompt.media.iter().map(|s| s.start).filter(|&s| s >= at).min()
     }
 
     /// Aborted (by `abort`, `cancel()` or `dispose()`). A session save is
@@ -654,7 +682,8 @@ impl<'m> Request<'m> {
             stopped_abort: stop == Stop::Abort,
             stopping_word: self.text.stopped().unwrap_or_default().to_string(),
             generation_settings: self.req.generation_settings(n_ctx, model_name),
-            timings: Timings::new(self.prompt.tokens.len().saturating_sub(self.tokens_cached), prompt_ms, self.n_gen, predicted_ms),
+            timings: Timings::new(self.prompt.tokens.len().saturating_sub(self.tokens_cached), prompt_ms, self.n_gen, predicted_ms)
+                .with_media(self.prompt.media.len(), self.media_encode_ms, self.media_decode_ms),
             speculative: stats,
             completion_probabilities: self.wants_dist().then(|| std::mem::take(&mut self.probs_out)),
             tool_calls: (!calls.is_empty()).then(|| {

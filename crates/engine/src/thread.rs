@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use llama_cpp_2::model::LlamaModel;
 
+use super::media::Projector;
 use super::model::{EngineOptions, ModelInfo, Progress};
 use super::shared::Shared;
 use super::worker::{Models, Worker};
@@ -21,12 +22,15 @@ pub struct Ready {
     pub thread: JoinHandle<()>,
     pub model: Arc<LlamaModel>,
     pub info: ModelInfo,
+    pub projector: Option<Arc<Projector>>,
 }
+
+type Loaded = (Arc<LlamaModel>, ModelInfo, Option<Arc<Projector>>);
 
 /// Starts the engine thread and waits (blocking the caller, a worker thread
 /// of the binding) until the models are loaded or failed to load.
 pub fn start(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>) -> Result<Ready> {
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(Arc<LlamaModel>, ModelInfo)>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<Loaded>>();
     let thread = {
         let shared = shared.clone();
         std::thread::Builder::new()
@@ -37,9 +41,9 @@ pub fn start(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared
             .map_err(|e| EngineError::internal(format!("cannot start the engine thread: {e}")))?
     };
     match ready_rx.recv() {
-        Ok(Ok((model, info))) => {
+        Ok(Ok((model, info, projector))) => {
             register_for_exit(&shared);
-            Ok(Ready { thread, model, info })
+            Ok(Ready { thread, model, info, projector })
         }
         Ok(Err(e)) => {
             let _ = thread.join();
@@ -62,7 +66,7 @@ impl Drop for ExitGuard {
     }
 }
 
-fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, ready: mpsc::Sender<Result<(Arc<LlamaModel>, ModelInfo)>>) {
+fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, ready: mpsc::Sender<Result<Loaded>>) {
     let _exit = ExitGuard(shared.clone());
     let loaded = catch_unwind(AssertUnwindSafe(|| Models::load(&opts, progress)))
         .unwrap_or_else(|_| Err(EngineError::internal("panic while loading the model")));
@@ -86,7 +90,8 @@ fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, rea
     let mut info = models.info.clone();
     info.batch_invariant = worker.invariance().holds();
     info.batch_invariance = worker.invariance().to_string();
-    if ready.send(Ok((models.target.clone(), info))).is_err() {
+    info.media = worker.projector.as_ref().map(|p| p.reads());
+    if ready.send(Ok((models.target.clone(), info, worker.projector.clone()))).is_err() {
         return;
     }
     loop {

@@ -6,6 +6,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::error::{EngineError, Result};
 use crate::json::describe::{truncate, type_name};
+use crate::request::media::{is_media_part, parse_media_part, MediaInput, MAX_MEDIA_PARTS, MEDIA_MARKER};
 
 /// Most messages in one request.
 pub const MAX_MESSAGES: usize = 100_000;
@@ -23,11 +24,14 @@ pub struct ChatMessage {
     /// `None` only for an assistant message that carries `tool_calls`.
     pub content: Option<String>,
     pub extra: Map<String, Json>,
+    /// Its images and audio, in order: each stands in `content` as
+    /// `MEDIA_MARKER`.
+    pub media: Vec<MediaInput>,
 }
 
 impl ChatMessage {
     pub fn new(role: &str, content: &str) -> Self {
-        ChatMessage { role: role.into(), content: Some(content.into()), extra: Map::new() }
+        ChatMessage { role: role.into(), content: Some(content.into()), extra: Map::new(), media: Vec::new() }
     }
 
     pub fn to_json(&self) -> Json {
@@ -50,6 +54,7 @@ pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
         return Err(EngineError::invalid(field, format!("at most {MAX_MESSAGES} messages are allowed, got {}", items.len())));
     }
     let mut bytes = 0usize;
+    let mut n_media = 0usize;
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let at = format!("{field}[{i}]");
@@ -85,9 +90,10 @@ pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
                 extra.insert(key.into(), v.clone());
             }
         }
+        let mut media = Vec::new();
         let content = match map.get("content") {
-            Some(Json::String(text)) => Some(text.clone()),
-            Some(Json::Array(parts)) => Some(text_parts(parts, &format!("{at}.content"))?),
+            Some(Json::String(text)) => Some(no_marker(text, &format!("{at}.content"))?.clone()),
+            Some(Json::Array(parts)) => Some(text_parts(parts, &format!("{at}.content"), &mut media, &mut n_media)?),
             None | Some(Json::Null) if role == "assistant" && extra.contains_key("tool_calls") => None,
             None => {
                 return Err(EngineError::invalid(
@@ -106,7 +112,7 @@ pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
         if bytes > MAX_MESSAGES_BYTES {
             return Err(EngineError::invalid(field, format!("at most {MAX_MESSAGES_BYTES} bytes of text are allowed")));
         }
-        out.push(ChatMessage { role, content, extra });
+        out.push(ChatMessage { role, content, extra, media });
     }
     Ok(out)
 }
@@ -145,8 +151,17 @@ fn check_tool_calls(calls: &Json, at: &str) -> Result<()> {
     Ok(())
 }
 
-/// The text of an OpenAI content-parts array: its text parts, joined.
-fn text_parts(parts: &[Json], at: &str) -> Result<String> {
+/// Text that does not hold the media marker (it would take a media's place).
+fn no_marker<'a>(text: &'a String, at: &str) -> Result<&'a String> {
+    if text.contains(MEDIA_MARKER) {
+        return Err(EngineError::invalid(at, format!("text must not contain {MEDIA_MARKER}")));
+    }
+    Ok(text)
+}
+
+/// The text of an OpenAI content-parts array: its text parts, joined, with
+/// each media part (image, audio) as the media marker and its bytes in `media`.
+fn text_parts(parts: &[Json], at: &str, media: &mut Vec<MediaInput>, n_media: &mut usize) -> Result<String> {
     let mut text = String::new();
     for (j, part) in parts.iter().enumerate() {
         let here = format!("{at}[{j}]");
@@ -154,17 +169,26 @@ fn text_parts(parts: &[Json], at: &str) -> Result<String> {
             .as_object()
             .ok_or_else(|| EngineError::invalid(&here, format!("expected a {{ type, text }} object, got {}", type_name(part))))?;
         match map.get("type").and_then(Json::as_str) {
-            Some("text") => {}
+            Some("text" | "input_text") => {}
+            Some(ty) if is_media_part(ty) => {
+                *n_media += 1;
+                if *n_media > MAX_MEDIA_PARTS {
+                    return Err(EngineError::invalid(&here, format!("at most {MAX_MEDIA_PARTS} images and audio files per request")));
+                }
+                media.push(parse_media_part(map, ty, &here)?);
+                text.push_str(MEDIA_MARKER);
+                continue;
+            }
             Some(other) => {
                 return Err(EngineError::invalid(
                     &format!("{here}.type"),
-                    format!("only \"text\" parts are supported (this engine reads text only), got {:?}", truncate(other, 40)),
+                    format!("expected \"text\", \"image\", \"image_url\", \"audio\" or \"input_audio\", got {:?}", truncate(other, 40)),
                 ))
             }
             None => return Err(EngineError::invalid(&format!("{here}.type"), "required: \"text\"")),
         }
         match map.get("text") {
-            Some(Json::String(t)) => text.push_str(t),
+            Some(Json::String(t)) => text.push_str(no_marker(t, &format!("{here}.text"))?),
             _ => return Err(EngineError::invalid(&format!("{here}.text"), "expected a string")),
         }
     }
@@ -209,7 +233,8 @@ mod tests {
             (json!([{ "role": "user" }]), "messages[0].content:"),
             (json!([{ "role": "user", "content": 5 }]), "messages[0].content:"),
             (json!([{ "role": "user", "content": null }]), "messages[0].content:"),
-            (json!([{ "role": "user", "content": [{ "type": "image_url", "image_url": {} }] }]), "messages[0].content[0].type:"),
+            (json!([{ "role": "user", "content": [{ "type": "image_url", "image_url": {} }] }]), "messages[0].content[0].image_url.url:"),
+            (json!([{ "role": "user", "content": [{ "type": "video" }] }]), "messages[0].content[0].type:"),
             (json!([{ "role": "user", "content": [{ "type": "text" }] }]), "messages[0].content[0].text:"),
             (json!([{ "role": "user", "content": "ok" }, { "role": "user", "content": ["x"] }]), "messages[1].content[0]:"),
         ] {

@@ -252,6 +252,116 @@ impl Hparams<'_> {
 /// Most rank a LoRA adapter's products may have.
 const MAX_LORA_RANK: u64 = 4096;
 
+/// The scalar keys llama.cpp's projector loader (tools/mtmd/clip.cpp) reads,
+/// with the one type it reads each as: another type is an assert there.
+const PROJECTOR_KEYS: &[(&str, ValueType)] = &[
+    ("clip.audio.attention.head_count", ValueType::U32),
+    ("clip.audio.attention.head_count_kv", ValueType::U32),
+    ("clip.audio.attention.head_dim", ValueType::U32),
+    ("clip.audio.attention.layer_norm_epsilon", ValueType::F32),
+    ("clip.audio.block_count", ValueType::U32),
+    ("clip.audio.chunk_size", ValueType::U32),
+    ("clip.audio.conv_kernel_size", ValueType::U32),
+    ("clip.audio.embedding_length", ValueType::U32),
+    ("clip.audio.feed_forward_length", ValueType::U32),
+    ("clip.audio.local_block_count", ValueType::U32),
+    ("clip.audio.local_group_size", ValueType::U32),
+    ("clip.audio.max_pos_emb", ValueType::U32),
+    ("clip.audio.num_mel_bins", ValueType::U32),
+    ("clip.audio.projection_dim", ValueType::U32),
+    ("clip.audio.projector.downsample_rate", ValueType::U32),
+    ("clip.audio.projector.head_count", ValueType::U32),
+    ("clip.audio.projector.stack_factor", ValueType::U32),
+    ("clip.audio.projector.window_size", ValueType::U32),
+    ("clip.audio.projector_type", ValueType::String),
+    ("clip.audio.rvq.num_quantizers", ValueType::U32),
+    ("clip.audio.subsampling_factor", ValueType::U32),
+    ("clip.audio.window_size", ValueType::U32),
+    ("clip.gen.audio.attention.head_count", ValueType::U32),
+    ("clip.gen.audio.attention.head_count_kv", ValueType::U32),
+    ("clip.gen.audio.attention.head_dim", ValueType::U32),
+    ("clip.gen.audio.attention.layer_norm_epsilon", ValueType::F32),
+    ("clip.gen.audio.block_count", ValueType::U32),
+    ("clip.gen.audio.embedding_length", ValueType::U32),
+    ("clip.gen.audio.feed_forward_length", ValueType::U32),
+    ("clip.gen.audio.model_variant", ValueType::String),
+    ("clip.gen.audio.projection_dim", ValueType::U32),
+    ("clip.gen.audio.projector_type", ValueType::String),
+    ("clip.has_audio_encoder", ValueType::Bool),
+    ("clip.has_gen_audio_encoder", ValueType::Bool),
+    ("clip.has_vision_encoder", ValueType::Bool),
+    ("clip.minicpmv_query_num", ValueType::U32),
+    ("clip.minicpmv_version", ValueType::I32),
+    ("clip.projector_type", ValueType::String),
+    ("clip.use_gelu", ValueType::Bool),
+    ("clip.use_silu", ValueType::Bool),
+    ("clip.vision.attention.head_count", ValueType::U32),
+    ("clip.vision.attention.head_count_kv", ValueType::U32),
+    ("clip.vision.attention.head_dim", ValueType::U32),
+    ("clip.vision.attention.layer_norm_epsilon", ValueType::F32),
+    ("clip.vision.block_count", ValueType::U32),
+    ("clip.vision.embedding_length", ValueType::U32),
+    ("clip.vision.expert_used_count", ValueType::U32),
+    ("clip.vision.feed_forward_length", ValueType::U32),
+    ("clip.vision.image_max_pixels", ValueType::U32),
+    ("clip.vision.image_min_pixels", ValueType::U32),
+    ("clip.vision.image_size", ValueType::U32),
+    ("clip.vision.mm_patch_merge_type", ValueType::String),
+    ("clip.vision.n_wa_pattern", ValueType::U32),
+    ("clip.vision.patch_size", ValueType::U32),
+    ("clip.vision.preproc_image_size", ValueType::U32),
+    ("clip.vision.preproc_max_tiles", ValueType::U32),
+    ("clip.vision.preproc_min_tiles", ValueType::U32),
+    ("clip.vision.projection_dim", ValueType::U32),
+    ("clip.vision.projector.query_side", ValueType::U32),
+    ("clip.vision.projector.scale_factor", ValueType::U32),
+    ("clip.vision.projector.window_side", ValueType::U32),
+    ("clip.vision.projector_type", ValueType::String),
+    ("clip.vision.sam.block_count", ValueType::U32),
+    ("clip.vision.sam.embedding_length", ValueType::U32),
+    ("clip.vision.sam.head_count", ValueType::U32),
+    ("clip.vision.spatial_merge_size", ValueType::U32),
+    ("clip.vision.swiglu_clamp", ValueType::F32),
+    ("clip.vision.window_size", ValueType::U32),
+    ("general.description", ValueType::String),
+    ("general.name", ValueType::String),
+];
+
+/// What is wrong with the multimodal projector in `file` (an `mmproj`
+/// GGUF), if anything its loader would assert on: a key of the wrong type,
+/// sizes out of range. What it merely refuses (an unknown projector type, a
+/// missing tensor, the wrong text model) it refuses with a message of its own.
+pub fn check_projector(file: &GgufFile) -> Result<(), String> {
+    match file.get("general.architecture") {
+        Some(Value::Str(a)) if a == "clip" => {}
+        Some(Value::Str(a)) => return Err(format!("a '{a}' file, not a multimodal projector (general.architecture 'clip')")),
+        _ => return Err("no general.architecture 'clip': not a multimodal projector".into()),
+    }
+    for (key, ty) in PROJECTOR_KEYS {
+        let Some(v) = file.get(key) else { continue };
+        if v.type_of() != *ty {
+            return Err(format!("{key} is a {}, not a {}", v.type_of().name(), ty.name()));
+        }
+        if let Value::Int(_, n) = v {
+            if !(0..=MAX_SIZE).contains(n) {
+                return Err(format!("{key} is {n}; expected 0 to {MAX_SIZE}"));
+            }
+        }
+    }
+    let has = |key: &str| matches!(file.get(key), Some(Value::Bool(true)));
+    if !has("clip.has_vision_encoder") && !has("clip.has_audio_encoder") {
+        return Err("neither clip.has_vision_encoder nor clip.has_audio_encoder: a projector of nothing this engine reads".into());
+    }
+    for key in ["clip.vision.image_mean", "clip.vision.image_std"] {
+        if let Some(Value::Array { len, .. }) = file.get(key) {
+            if *len < 3 {
+                return Err(format!("{key} has {len} values; an RGB image needs 3"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What makes `adapter` unusable with the model in `base`, if anything:
 /// it must be a LoRA adapter (`general.type = adapter`, `adapter.type =
 /// lora`) of the same architecture, and each `<weight>.lora_a` /

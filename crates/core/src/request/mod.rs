@@ -10,6 +10,7 @@ pub mod fields;
 mod fuzz;
 pub mod gbnf;
 pub mod infill;
+pub mod media;
 pub mod options;
 pub mod parse;
 pub mod prompt;
@@ -228,6 +229,12 @@ impl Default for CompletionRequest {
 }
 
 impl CompletionRequest {
+    /// Its messages' images and audio, in order (each is a `MEDIA_MARKER`
+    /// in its message's text).
+    pub fn media(&self) -> Vec<&media::MediaInput> {
+        self.messages.iter().flatten().flat_map(|m| m.media.iter()).collect()
+    }
+
     /// The `generation_settings` object of the legacy final response.
     pub fn generation_settings(&self, n_ctx: u32, model: &str) -> Value {
         let s = &self.sampling;

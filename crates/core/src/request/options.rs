@@ -12,6 +12,9 @@ use crate::error::{EngineError, Result};
 pub struct EngineOptions {
     pub model_path: String,
     pub draft_model_path: Option<String>,
+    /// The multimodal projector (`mmproj-*.gguf`) that lets the model read
+    /// images and audio.
+    pub mmproj_path: Option<String>,
     pub context_size: u32,
     pub batch_size: u32,
     pub threads: i32,
@@ -70,6 +73,7 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
     Ok(EngineOptions {
         model_path,
         draft_model_path: path(obj, "draftModelPath")?,
+        mmproj_path: path(obj, "mmprojPath")?,
         context_size: int(obj, "contextSize", 16, 1 << 20)?.unwrap_or(4096) as u32,
         batch_size: int(obj, "batchSize", 1, 1 << 16)?.unwrap_or(512) as u32,
         threads: int(obj, "threads", 1, 1024)?.map(|t| t as i32).unwrap_or_else(default_threads),

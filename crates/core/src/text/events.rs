@@ -61,6 +61,12 @@ pub struct Timings {
     pub predicted_ms: f64,
     pub predicted_per_token_ms: f64,
     pub predicted_per_second: f64,
+    /// Images and audio in the prompt; ms the projector spent encoding the
+    /// ones not kept from earlier requests; ms their embeddings took to go
+    /// into the context (both part of `prompt_ms`).
+    pub media_n: usize,
+    pub media_encode_ms: f64,
+    pub media_decode_ms: f64,
 }
 
 impl Timings {
@@ -76,7 +82,16 @@ impl Timings {
             predicted_ms,
             predicted_per_token_ms: per_token(predicted_ms, predicted_n),
             predicted_per_second: per_second(predicted_ms, predicted_n),
+            media_n: 0,
+            media_encode_ms: 0.0,
+            media_decode_ms: 0.0,
         }
+    }
+
+    /// With the media of the prompt: how many, and the ms they took.
+    pub fn with_media(mut self, n: usize, encode_ms: f64, decode_ms: f64) -> Self {
+        (self.media_n, self.media_encode_ms, self.media_decode_ms) = (n, encode_ms, decode_ms);
+        self
     }
 }
 

@@ -15,6 +15,7 @@ use super::prefix::Start;
 use super::{aborted_before_start, Worker};
 use crate::compile::CompileThread;
 use crate::draft_model::{DraftContext, DraftSettings, ModelDrafter};
+use crate::media::MediaSpan;
 use crate::model;
 use crate::sampler::TokenSampler;
 use crate::shared::{Job, NgramStore, SessionJob};
@@ -29,6 +30,7 @@ use llama_engine_core::sampling::constraint::{Compiler, Constraint, Grammar};
 use llama_engine_core::sampling::forced::Tokenize;
 use llama_engine_core::speculation::controller::DraftController;
 use llama_engine_core::speculation::drafter::{Drafter, DrafterChain};
+use llama_engine_core::speculation::entry::Runs;
 use llama_engine_core::speculation::ngram::NgramCache;
 use llama_engine_core::speculation::registry::{self, DrafterEntry, DrafterHost};
 use llama_engine_core::speculation::suffix::SuffixStore;
@@ -82,7 +84,8 @@ impl<'m> Worker<'m> {
         };
         let compiled = job.compiled.take();
         let tokens = job.tokens.take();
-        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, &job.plan, compiled, tokens)))
+        let media = std::mem::take(&mut job.media);
+        let prepared = catch_unwind(AssertUnwindSafe(|| self.prepare(&job.request, &job.plan, compiled, tokens, media)))
             .unwrap_or_else(|panic| Err(EngineError::from_panic(&*panic)));
         match prepared {
             Ok(prepared) => self.start(job, prepared),
@@ -130,6 +133,7 @@ impl<'m> Worker<'m> {
         plan: &ChatPlan,
         compiled: Option<Result<(Grammar, Constraint)>>,
         tokens: Option<Vec<LlamaToken>>,
+        media: Vec<MediaSpan>,
     ) -> Result<Prepared> {
         // Fault injection for the test suite: with LLAMA_ENGINE_FAULT_INJECTION=1
         // in the environment, the prompt "__llama_engine_panic__" panics here and
@@ -169,19 +173,30 @@ impl<'m> Worker<'m> {
                 sampler = sampler.with_reasoning_budget(budget, completes);
             }
         }
-        let drafters = if sampler.supports_speculation() { self.drafters(req)? } else { Vec::new() };
+        let mut drafters = if sampler.supports_speculation() { self.drafters(req)? } else { Vec::new() };
+        if !media.is_empty() {
+            // The draft model would have to read the media too: its
+            // drafters sit out (the others draft text only).
+            drafters.retain(|e| !matches!(e.runs, Runs::Named { needs_draft_model: true, .. }));
+        }
         let mut tokens = match tokens {
             Some(t) => t,
             None => model::tokenize_prompt(&self.models.target, req, &self.models.info)?,
         };
         let n_given = tokens.len();
+        if !media.is_empty() && n_given >= self.n_ctx {
+            return Err(EngineError::invalid(
+                "messages",
+                format!("the prompt with its images and audio takes {n_given} tokens; the context holds {}", self.n_ctx),
+            ));
+        }
         let n_keep = prompt::effective_n_keep(req.n_keep, n_given, self.n_ctx);
         let truncated = prompt::truncate_prompt(&mut tokens, n_keep, self.n_ctx);
         if truncated {
             tokens.shrink_to_fit();
             crate::memory::release_after(4 * n_given);
         }
-        Ok(Prepared { sampler, drafters, prompt: PromptTokens { tokens, n_given, n_keep, truncated }, constraint, lora })
+        Ok(Prepared { sampler, drafters, prompt: PromptTokens { tokens, n_given, n_keep, truncated, media }, constraint, lora })
     }
 
     /// The request's constraint: the one the compiling thread made for it

@@ -123,6 +123,10 @@ pub struct Worker<'m> {
     threads_applied: usize,
     /// LoRA adapters of the target context (`EngineOptions.loras`).
     loras: super::lora::Adapters,
+    /// The multimodal projector (`mmprojPath`), shared with the preparing
+    /// thread, and the target context's pointer its decodes take.
+    pub projector: Option<Arc<super::media::Projector>>,
+    raw_ctx: *mut llama_cpp_sys_2::llama_context,
 }
 
 impl<'m> Worker<'m> {
@@ -142,6 +146,17 @@ impl<'m> Worker<'m> {
         let ctx = ctx.map_err(|e| load_err("target", &opts.model_path, e.to_string(), log))?;
         // Right after the context (its pointer is the last llama.cpp made here).
         let loras = super::lora::Adapters::load(&ctx, &opts.model_path, &opts.loras)?;
+        // SAFETY: reads a thread-local pointer llama.cpp set as it made `ctx`.
+        let raw_ctx = unsafe { llama_cpp_sys_2::llama_last_context_created() };
+        let projector = match &opts.mmproj_path {
+            Some(path) => {
+                // SAFETY: the context's model is the live target.
+                let model = unsafe { llama_cpp_sys_2::llama_get_model(raw_ctx) };
+                // SAFETY: the target model outlives the worker and its projector.
+                Some(Arc::new(unsafe { super::media::Projector::load(path, model, opts.threads, info.n_batch as usize)? }))
+            }
+            None => None,
+        };
         let draft = match (&models.draft, &opts.draft_model_path) {
             (Some(m), Some(path)) => {
                 let params = model::context_params(opts, info.n_ctx * parallel as u32, DraftContext::sequences(parallel), true);
@@ -174,6 +189,8 @@ impl<'m> Worker<'m> {
             reference: BatchCost::new(1),
             threads_applied: 0,
             loras,
+            projector,
+            raw_ctx,
         };
         // A cap left on this thread (none is, a thread per engine) would skew the costs.
         set_thread_cap(0);

@@ -54,6 +54,7 @@ impl Worker<'_> {
     pub fn step(&mut self) -> Result<()> {
         self.end_what_must_end()?;
         self.resolve_waits();
+        self.decode_media()?;
         let mut plan = self.plan();
         if plan.is_empty() {
             return Ok(());
@@ -93,7 +94,7 @@ impl Worker<'_> {
                 continue;
             }
             if slot.is_generating() && slot.cached.len() + 1 >= self.n_ctx {
-                if r.ends_at_full_context() {
+                if r.ends_at_full_context() || r.has_media() {
                     self.finish(i, Stop::Limit);
                 } else {
                     self.shift_context(i)?;
@@ -120,6 +121,31 @@ impl Worker<'_> {
         Ok(())
     }
 
+    /// Prompts whose next tokens are an image or audio: its embeddings go
+    /// into the slot's cells now, in decodes of their own (a batch holds
+    /// tokens or embeddings, not both), with the request's adapters.
+    fn decode_media(&mut self) -> Result<()> {
+        let Some(projector) = self.projector.clone() else { return Ok(()) };
+        for i in 0..self.slots.len() {
+            if !self.slots[i].is_prefilling() {
+                continue;
+            }
+            let done = self.slots[i].cached.len();
+            let Some(span) = self.slots[i].request.as_ref().and_then(|r| r.media_at(done)).cloned() else { continue };
+            self.apply_threads(span.chunk.n_tokens.min(self.n_batch));
+            self.apply_loras()?;
+            let t = Instant::now();
+            // SAFETY: raw_ctx is this worker's live target context.
+            unsafe { projector.decode(self.raw_ctx, &span, done, self.slots[i].seq)? };
+            let slot = &mut self.slots[i];
+            slot.cached.extend(std::iter::repeat_n(span.chunk.token(), span.chunk.n_tokens));
+            if let Some(r) = slot.request.as_mut() {
+                r.add_media_decode_ms(ms(t));
+            }
+        }
+        Ok(())
+    }
+
     /// What each active request decodes this step. Generating requests get
     /// their pending token; prompts get what is left of the batch, in chunks
     /// while others stream; then each generating request may add a draft,
@@ -140,7 +166,9 @@ impl Worker<'_> {
             let Some(r) = slot.request.as_ref() else { continue };
             let done = slot.cached.len();
             let left = r.prompt().len() - done;
-            let chunk = prefill_chunk(left, used, !generating.is_empty(), self.n_batch.saturating_sub(used), &self.costs, first);
+            // Text up to the next image or audio (`decode_media` takes it).
+            let text = r.next_media(done).map_or(left, |s| s - done);
+            let chunk = prefill_chunk(text, used, !generating.is_empty(), self.n_batch.saturating_sub(used), &self.costs, first);
             if chunk == 0 {
                 continue;
             }
@@ -152,7 +180,18 @@ impl Worker<'_> {
         let prefill = parts(&plan);
         let generating_seqs: Vec<i32> = generating.iter().map(|&g| self.slots[g].seq).collect();
         for &i in &generating {
-            let draft = self.plan_draft(i, &plan, &prefill, &generating_seqs, used);
+            let mut draft = self.plan_draft(i, &plan, &prefill, &generating_seqs, used);
+            // A drafter that learnt from a prompt with media could propose a
+            // media chunk's id: the draft ends before it.
+            if let Some(d) = draft.as_mut() {
+                if let Some(k) = d.tokens.iter().position(|&t| t < 0) {
+                    d.truncate(k);
+                    if let Some(r) = self.slots[i].request.as_mut() {
+                        r.trim_draft(k);
+                    }
+                }
+            }
+            let draft = draft.filter(|d| !d.is_empty());
             used += draft.as_ref().map_or(0, Draft::len);
             let slot = &self.slots[i];
             let Some(pending) = slot.pending() else { continue };

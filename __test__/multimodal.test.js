@@ -1,0 +1,355 @@
+// Images in (issue "images and audio in"): the tiny random-weight gemma3
+// projector `npm run models` writes for the real gemma-3-270m text model
+// (scripts/mm-fixtures.mjs), checked against llama.cpp's own reference
+// program, llama-mtmd-cli built from the vendored sources
+// (scripts/mtmd-cli.mjs): the same greedy text for the same model,
+// projector, image and prompt. Then the engine's guarantees with an image
+// in the prompt: beside text requests in other slots, the same bits as
+// alone; a second question about the same image prefills only the question
+// and encodes nothing; speculation identical to `off`; every API of the
+// server with the official clients; refusals with their cause for a
+// text-only engine, another model's projector, damaged and hostile files
+// (fuzzed in a child process).
+const { execFile, execFileSync } = require('node:child_process')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { LlamaEngine, GEMMA, TARGET, FULL, model } = require('./helpers')
+const { importEsm, listen, close } = require('./server-helpers')
+const { createServer } = require('../server')
+
+const MMPROJ = model('gemma-3-270m.mmproj-test.gguf')
+const ROOT = path.join(__dirname, '..')
+// The gemma-3-270m fixture has no chat template: llama.cpp's built-in
+// `gemma` one (what mtmd-cli --chat-template gemma renders), in Jinja.
+const GEMMA_TEMPLATE =
+  "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n" +
+  '{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}'
+const QUESTION = 'Describe the image.'
+
+const trace = (r) => JSON.stringify({ content: r.content, probs: r.completion_probabilities })
+const ask = (image, extra = {}) => ({
+  messages: [{ role: 'user', content: [{ type: 'image', data: image }, { type: 'text', text: QUESTION }] }],
+  n_predict: 16,
+  temperature: 0,
+  n_probs: 3,
+  ...extra,
+})
+
+let png // (w, h, seed) -> a deterministic PNG
+let images // two test images, as llama.cpp's CLI reads them from files
+let engine
+let tmp
+beforeAll(async () => {
+  ;({ pngBytes: png } = await importEsm(path.join(ROOT, 'scripts', 'mm-fixtures.mjs')))
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-mm-'))
+  images = [1, 2].map((seed) => {
+    const file = path.join(tmp, `image-${seed}.png`)
+    fs.writeFileSync(file, png(64, 64, seed))
+    return { file, bytes: fs.readFileSync(file) }
+  })
+  engine = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 3 })
+}, 120_000)
+afterAll(async () => {
+  await engine?.dispose()
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true })
+})
+
+test('status().media says what the projector reads; a text-only engine says null', async () => {
+  expect(engine.status().media).toEqual({ vision: true, audio: false })
+  const text = await LlamaEngine.load({ modelPath: TARGET, contextSize: 256, parallel: 1 })
+  try {
+    expect(text.status().media).toBeNull()
+    // An image for an engine without a projector: refused by name, with the fix.
+    const e = await text.complete(ask(images[0].bytes)).catch((e) => e)
+    expect(e.code).toBe('INVALID_REQUEST')
+    expect(e.message).toMatch(/^messages\[0\]\.content\[0\]: .*reads text only: load the engine with mmprojPath/)
+  } finally {
+    await text.dispose()
+  }
+})
+
+test("the same greedy text as llama.cpp's mtmd-cli for the same model, projector, image and prompt", async () => {
+  const cli = execFileSync(process.execPath, [path.join(ROOT, 'scripts', 'mtmd-cli.mjs')], { encoding: 'utf8' }).trim()
+  const outputs = []
+  for (const image of images) {
+    // --no-repack: llama.cpp's AMX buffers (which the engine keeps off)
+    // crash on this CPU class; the weights' bits are the same.
+    const out = await new Promise((resolve, reject) =>
+      execFile(
+        cli,
+        ['-m', GEMMA, '--mmproj', MMPROJ, '--image', image.file, '-p', QUESTION, '-n', '16', '--temp', '0', '--seed', '42', '-t', '2', '--no-repack', '--chat-template', 'gemma'],
+        { encoding: 'utf8', maxBuffer: 1 << 24 },
+        (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr.slice(-2000)}`)) : resolve(stdout)),
+      ),
+    )
+    // mtmd-cli writes a newline before the generated text, two after it.
+    const theirs = out.replace(/^\n/, '').replace(/\n\n$/, '')
+    const ours = await engine.complete(ask(image.bytes, { n_probs: 0 }))
+    expect(ours.tokens_predicted).toBe(16)
+    expect(ours.content).toBe(theirs)
+    outputs.push(ours.content)
+  }
+  // The image matters: the two answers differ.
+  expect(outputs[0]).not.toBe(outputs[1])
+}, 120_000)
+
+test('an image request beside text requests: each the same bits as alone', async () => {
+  const fresh = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1 })
+  const text = { messages: [{ role: 'user', content: 'Write a haiku about the sea.' }], n_predict: 24, temperature: 0, n_probs: 3 }
+  let alone
+  try {
+    alone = { a: trace(await fresh.complete(ask(images[0].bytes))), b: trace(await fresh.complete(ask(images[1].bytes))) }
+    alone.text = trace(await fresh.complete({ ...text, cache_prompt: false }))
+  } finally {
+    await fresh.dispose()
+  }
+  const together = await Promise.all([
+    engine.complete({ ...text, cache_prompt: false }),
+    engine.complete(ask(images[0].bytes, { cache_prompt: false })),
+    engine.complete(ask(images[1].bytes, { cache_prompt: false })),
+  ])
+  expect(trace(together[0])).toBe(alone.text)
+  expect(trace(together[1])).toBe(alone.a)
+  expect(trace(together[2])).toBe(alone.b)
+  expect(alone.a).not.toBe(alone.b)
+}, 120_000)
+
+test('a second question about the same image prefills only the question and encodes nothing', async () => {
+  const first = await engine.complete(ask(images[0].bytes, { n_predict: 8 }))
+  expect(first.timings.media_n).toBe(1)
+  const follow = {
+    messages: [
+      { role: 'user', content: [{ type: 'image', data: images[0].bytes }, { type: 'text', text: QUESTION }] },
+      { role: 'assistant', content: first.content },
+      { role: 'user', content: 'What colour is it?' },
+    ],
+    n_predict: 8,
+    temperature: 0,
+    n_probs: 3,
+  }
+  const again = await engine.complete(follow)
+  // The image's 16 tokens and the first turn came from the slot's cells.
+  expect(again.tokens_cached).toBeGreaterThan(16)
+  expect(again.timings.media_encode_ms).toBe(0)
+  expect(again.timings.media_decode_ms).toBe(0)
+  // The same bits as a fresh engine that computes everything.
+  const fresh = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1 })
+  try {
+    const cold = await fresh.complete(follow)
+    expect(cold.tokens_cached).toBe(0)
+    expect(cold.timings.media_encode_ms).toBeGreaterThan(0)
+    expect(trace(again)).toBe(trace(cold))
+    // Another image is not taken for the first: it is computed (only the
+    // text before it, at most, comes from a slot).
+    const other = await engine.complete(ask(png(64, 64, 3), { n_predict: 8 }))
+    expect(other.tokens_cached).toBeLessThan(16)
+    expect(other.timings.media_encode_ms).toBeGreaterThan(0)
+  } finally {
+    await fresh.dispose()
+  }
+}, 120_000)
+
+test('speculation with an image in the prompt gives the same tokens and probabilities as off', async () => {
+  const off = trace(await engine.complete(ask(images[1].bytes, { n_predict: 24, speculative: { mode: 'off' } })))
+  for (const mode of ['ngram', 'auto']) {
+    const r = await engine.complete(ask(images[1].bytes, { n_predict: 24, speculative: { mode, n_max: 8, n_min: 1, adaptive: false } }))
+    expect(trace(r)).toBe(off)
+  }
+}, 120_000)
+
+test('damaged, hostile and mislabelled media are refused naming the part', async () => {
+  const good = images[0].bytes
+  const wide = Buffer.from(good)
+  wide.writeUInt32BE(100_000, 16) // IHDR width
+  const cases = [
+    [good.subarray(0, 40), /messages\[0\]\.content\[0\]: cannot decode this png/],
+    [wide, /messages\[0\]\.content\[0\]: a 100000x64 png: at most/],
+    [Buffer.from('not an image at all'), /messages\[0\]\.content\[0\]: not an image or audio file/],
+    ['%%%not base64', /messages\[0\]\.content\[0\]\.data: not base64/],
+  ]
+  for (const [data, message] of cases) {
+    const e = await engine.complete(ask(data)).catch((e) => e)
+    expect(e.code).toBe('INVALID_REQUEST')
+    expect(e.message).toMatch(message)
+  }
+  // An image given as audio, a remote URL without the server's flag, text holding the media marker.
+  const parts = [
+    [{ type: 'audio', data: good }, /holds image data/],
+    [{ type: 'image_url', image_url: { url: 'https://example.com/a.png' } }, /--allow-remote-media/],
+    [{ type: 'text', text: 'a <__llama_engine_media__> b' }, /must not contain/],
+  ]
+  for (const [part, message] of parts) {
+    const e = await engine.complete({ messages: [{ role: 'user', content: [part, { type: 'text', text: 'Hi' }] }], n_predict: 1 }).catch((e) => e)
+    expect(e.code).toBe('INVALID_REQUEST')
+    expect(e.message).toMatch(message)
+  }
+  // The engine still answers.
+  expect((await engine.complete(ask(good, { n_predict: 2 }))).tokens_predicted).toBe(2)
+})
+
+test('a path part reads the host file; the CLI takes --mmproj and --image', async () => {
+  const byPath = await engine.complete({
+    messages: [{ role: 'user', content: [{ type: 'image', path: images[1].file }, { type: 'text', text: QUESTION }] }],
+    n_predict: 16,
+    temperature: 0,
+  })
+  const byBytes = await engine.complete(ask(images[1].bytes, { n_probs: 0 }))
+  expect(byPath.content).toBe(byBytes.content)
+  const template = path.join(tmp, 'gemma.jinja')
+  fs.writeFileSync(template, GEMMA_TEMPLATE)
+  const out = execFileSync(
+    process.execPath,
+    [path.join(ROOT, 'bin', 'llama-engine.mjs'), '-m', GEMMA, '--mmproj', MMPROJ, '--image', images[1].file, '--chat-template', template, '-p', QUESTION, '--n_predict', '16', '--temperature', '0', '-c', '512'],
+    { encoding: 'utf8' },
+  )
+  expect(out).toBe(byBytes.content)
+}, 120_000)
+
+test('a projector for another model, or a damaged one, is refused with its cause', async () => {
+  // The gemma projector (640 wide) for SmolLM2 (576).
+  const wrong = await LlamaEngine.load({ modelPath: TARGET, mmprojPath: MMPROJ, contextSize: 256 }).catch((e) => e)
+  expect(wrong.code).toBe('MODEL_LOAD_FAILED')
+  expect(wrong.message).toMatch(/mmprojPath .*mismatch between text model \(n_embd = 576\) and mmproj \(n_embd = 640\)/)
+  const bytes = fs.readFileSync(MMPROJ)
+  const cut = path.join(tmp, 'cut.gguf')
+  fs.writeFileSync(cut, bytes.subarray(0, Math.floor(bytes.length / 2)))
+  const damaged = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: cut, contextSize: 256 }).catch((e) => e)
+  expect(damaged.code).toBe('MODEL_LOAD_FAILED')
+  expect(damaged.message).toMatch(/mmprojPath .*cut\.gguf: /)
+  // A language model given as the projector.
+  const notProjector = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: TARGET, contextSize: 256 }).catch((e) => e)
+  expect(notProjector.code).toBe('MODEL_LOAD_FAILED')
+  expect(notProjector.message).toMatch(/not a multimodal projector/)
+}, 120_000)
+
+test('fuzzed images never crash the engine (in a child process)', async () => {
+  const n = FULL ? 400 : 80
+  const script = `
+    const { LlamaEngine } = require(${JSON.stringify(path.join(ROOT, 'index.js'))})
+    const fs = require('node:fs')
+    const good = fs.readFileSync(${JSON.stringify(images[0].file)})
+    let seed = 12345
+    const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32)
+    ;(async () => {
+      const e = await LlamaEngine.load({ modelPath: ${JSON.stringify(GEMMA)}, mmprojPath: ${JSON.stringify(MMPROJ)}, chatTemplate: ${JSON.stringify(GEMMA_TEMPLATE)}, contextSize: 256, parallel: 1 })
+      const codes = {}
+      for (let i = 0; i < ${n}; i++) {
+        const b = Buffer.from(good)
+        const kind = i % 4
+        if (kind === 0) for (let k = 0; k < 1 + rnd() * 8; k++) b[Math.floor(rnd() * b.length)] = Math.floor(rnd() * 256)
+        const data = kind === 1 ? b.subarray(0, Math.floor(rnd() * b.length)) : kind === 2 ? Buffer.concat([b.subarray(0, 33), Buffer.from(Array.from({ length: 200 }, () => Math.floor(rnd() * 256)))]) : b
+        if (kind === 3) b.writeUInt32BE(Math.floor(rnd() * 20000), 16 + Math.floor(rnd() * 2) * 4)
+        const r = await e.complete({ messages: [{ role: 'user', content: [{ type: 'image', data }, { type: 'text', text: 'Hi' }] }], n_predict: 1 }).then(() => 'OK', (err) => err.code)
+        codes[r] = (codes[r] || 0) + 1
+      }
+      await e.dispose()
+      console.log(JSON.stringify(codes))
+    })()`
+  const out = await new Promise((resolve, reject) =>
+    execFile(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 600_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`the child died: ${err.message}\n${stderr.slice(-2000)}`)) : resolve(stdout),
+    ),
+  )
+  const codes = JSON.parse(out.trim().split('\n').pop())
+  // Every request answered: decoded (a damaged pixel is still an image) or refused by name.
+  expect(Object.keys(codes).every((c) => c === 'OK' || c === 'INVALID_REQUEST')).toBe(true)
+  expect(Object.values(codes).reduce((a, b) => a + b, 0)).toBe(n)
+  expect(codes.INVALID_REQUEST).toBeGreaterThan(0)
+}, 660_000)
+
+describe('through the server', () => {
+  let server
+  let base
+  const dataUrl = () => `data:image/png;base64,${images[1].bytes.toString('base64')}`
+  let expected
+  beforeAll(async () => {
+    server = createServer({ engine, signals: false })
+    base = await listen(server)
+    expected = (await engine.complete(ask(images[1].bytes, { n_probs: 0 }))).content
+  })
+  afterAll(async () => {
+    if (server) await close(server)
+  })
+
+  test('OpenAI Chat image_url (a data: URL) with the openai client', async () => {
+    const OpenAI = require('openai')
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'x', maxRetries: 0 })
+    const r = await client.chat.completions.create({
+      model: 'gemma',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: dataUrl() } }, { type: 'text', text: QUESTION }] }],
+      max_tokens: 16,
+      temperature: 0,
+    })
+    expect(r.choices[0].message.content).toBe(expected)
+    // A remote URL without --allow-remote-media: 400 naming the part.
+    const e = await client.chat.completions
+      .create({ model: 'gemma', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://127.0.0.1:9/a.png' } }] }] })
+      .catch((e) => e)
+    expect(e.status).toBe(400)
+    expect(e.message).toMatch(/--allow-remote-media/)
+    // A client cannot make the server read its files.
+    const p = await client.chat.completions
+      .create({ model: 'gemma', messages: [{ role: 'user', content: [{ type: 'image', path: images[1].file }] }] })
+      .catch((e) => e)
+    expect(p.status).toBe(400)
+    expect(p.message).toMatch(/path: files of the server are not read/)
+  })
+
+  test('Responses input_image with the openai client', async () => {
+    const OpenAI = require('openai')
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'x', maxRetries: 0 })
+    const r = await client.responses.create({
+      model: 'gemma',
+      input: [{ role: 'user', content: [{ type: 'input_image', image_url: dataUrl(), detail: 'auto' }, { type: 'input_text', text: QUESTION }] }],
+      max_output_tokens: 16,
+      temperature: 0,
+      store: false,
+    })
+    expect(r.output_text).toBe(expected)
+  })
+
+  test('Anthropic image blocks (base64) with @anthropic-ai/sdk', async () => {
+    const Anthropic = require('@anthropic-ai/sdk')
+    const client = new Anthropic({ baseURL: base, apiKey: 'x', maxRetries: 0 })
+    const r = await client.messages.create({
+      model: 'gemma',
+      max_tokens: 16,
+      temperature: 0,
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'image', source: { type: 'base64', media_type: 'image/png', data: images[1].bytes.toString('base64') } },
+            { type: 'text', text: QUESTION },
+          ],
+        },
+      ],
+    })
+    expect(r.content.map((b) => b.text).join('')).toBe(expected)
+  })
+
+  test('with --allow-remote-media an http image URL is fetched (bounded) and read', async () => {
+    const http = require('node:http')
+    const files = http.createServer((req, res) => res.end(images[1].bytes))
+    const filesBase = await listen(files)
+    const remote = createServer({ engine, signals: false, allowRemoteMedia: true })
+    const remoteBase = await listen(remote)
+    try {
+      const res = await fetch(`${remoteBase}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `${filesBase}/a.png` } }, { type: 'text', text: QUESTION }] }],
+          max_tokens: 16,
+          temperature: 0,
+        }),
+      })
+      expect(res.status).toBe(200)
+      expect((await res.json()).choices[0].message.content).toBe(expected)
+    } finally {
+      await close(remote)
+      await close(files)
+    }
+  })
+})
