@@ -258,6 +258,61 @@ test('fuzzed images never crash the engine (in a child process)', async () => {
   expect(codes.INVALID_REQUEST).toBeGreaterThan(0)
 }, 660_000)
 
+// The second family: Qwen2-VL's projector and M-RoPE positions (an image's
+// tokens span fewer positions than tokens; the text after it goes on from
+// its last), on a tiny random-weight qwen2vl text model with the real
+// Qwen2.5 tokenizer (written when the real coder models are there:
+// `npm run models -- --real`, which CI runs).
+const QWEN = model('qwen2vl-tiny.gguf')
+const QWEN_MMPROJ = model('qwen2vl-tiny.mmproj-test.gguf')
+const CHATML =
+  '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}'
+;(fs.existsSync(QWEN) && fs.existsSync(QWEN_MMPROJ) ? describe : describe.skip)('M-RoPE positions (Qwen2-VL)', () => {
+  let qwen
+  beforeAll(async () => {
+    // llama.cpp's mtmd-cli renders the GGUF's template as plain ChatML (no Jinja).
+    qwen = await LlamaEngine.load({ modelPath: QWEN, mmprojPath: QWEN_MMPROJ, chatTemplate: CHATML, contextSize: 1024, parallel: 2 })
+  }, 120_000)
+  afterAll(async () => {
+    await qwen?.dispose()
+  })
+
+  test("the same greedy text as mtmd-cli, square and non-square images; a repeat from the cache the same", async () => {
+    const cli = execFileSync(process.execPath, [path.join(ROOT, 'scripts', 'mtmd-cli.mjs')], { encoding: 'utf8' }).trim()
+    const seen = new Set()
+    for (const [seed, w, h] of [[1, 64, 64], [2, 64, 64], [3, 96, 64]]) {
+      const file = path.join(tmp, `qwen-${seed}.png`)
+      fs.writeFileSync(file, png(w, h, seed))
+      const out = execFileSync(
+        cli,
+        ['-m', QWEN, '--mmproj', QWEN_MMPROJ, '--image', file, '-p', QUESTION, '-n', '16', '--temp', '0', '--seed', '42', '-t', '2', '--no-repack'],
+        { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+      )
+      const request = ask(fs.readFileSync(file), { n_probs: 1 })
+      const first = await qwen.complete(request)
+      expect(first.content).toBe(out.replace(/^\n/, '').replace(/\n\n$/, ''))
+      // Again: the image and question from the slot's cells, positions and all.
+      const again = await qwen.complete(request)
+      expect(again.tokens_cached).toBe(first.tokens_evaluated - 1)
+      expect(trace(again)).toBe(trace(first))
+      seen.add(first.content)
+    }
+    expect(seen.size).toBe(3)
+  }, 120_000)
+
+  test('beside a text request, and with n-gram speculation, the same bits as alone', async () => {
+    const image = png(96, 64, 4)
+    const alone = trace(await qwen.complete(ask(image, { cache_prompt: false, n_predict: 24 })))
+    const text = { messages: [{ role: 'user', content: 'Say something.' }], n_predict: 24, temperature: 0, n_probs: 3, cache_prompt: false }
+    const textAlone = trace(await qwen.complete(text))
+    const [a, b] = await Promise.all([qwen.complete(ask(image, { cache_prompt: false, n_predict: 24 })), qwen.complete(text)])
+    expect(trace(a)).toBe(alone)
+    expect(trace(b)).toBe(textAlone)
+    const spec = await qwen.complete(ask(image, { n_predict: 24, speculative: { mode: 'ngram', n_max: 8, adaptive: false } }))
+    expect(trace(spec)).toBe(alone)
+  }, 120_000)
+})
+
 describe('through the server', () => {
   let server
   let base

@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loraAdapter, ggufBytes, writeGguf, seedOf } from './gguf-write.mjs';
-import { GEMMA_MMPROJ, gemma3MmprojSpec, makeMultimodalFixtures } from './mm-fixtures.mjs';
+import { GEMMA_MMPROJ, QWEN2VL_MMPROJ, gemma3MmprojSpec, qwen2vlMmprojSpec, QWEN2VL_TEXT_HPARAMS, makeMultimodalFixtures } from './mm-fixtures.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
@@ -259,7 +259,14 @@ const FIXTURES = [
   },
 ];
 
-const TASKS = [...FIXTURES, ...(real ? REAL_TASKS : [])];
+// With the real coder models: the Qwen2-VL pair (its tokenizer is theirs).
+const QWEN2VL_TASK = {
+  name: QWEN2VL_MMPROJ,
+  cached: () => size(path.join(MODELS, QWEN2VL_MMPROJ)) === ggufBytes(qwen2vlMmprojSpec(QWEN2VL_TEXT_HPARAMS.nEmbd)).length,
+  make: () => makeMultimodalFixtures(MODELS),
+  verb: 'made',
+};
+const TASKS = [...FIXTURES, ...(real ? [...REAL_TASKS, QWEN2VL_TASK] : [])];
 
 fs.mkdirSync(PIP_CACHE, { recursive: true });
 let failed = 0, changed = 0;

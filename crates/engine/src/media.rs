@@ -110,6 +110,37 @@ impl std::fmt::Debug for MediaSpan {
     }
 }
 
+/// Where a prompt's tokens sit: token i at position i, except after a media
+/// chunk that spans fewer positions than it has tokens (M-RoPE: an image's
+/// tokens share their first position, the text after it goes on from its
+/// last). Cells are removed and added by position, counted by token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Positions(Vec<(usize, usize)>);
+
+impl Positions {
+    pub fn of(spans: &[MediaSpan]) -> Positions {
+        let mut deficit = 0;
+        let mut out = Vec::new();
+        for s in spans {
+            if s.chunk.n_pos < s.chunk.n_tokens {
+                deficit += s.chunk.n_tokens - s.chunk.n_pos;
+                out.push((s.end(), deficit));
+            }
+        }
+        Positions(out)
+    }
+
+    /// The position of token `i` (after every media chunk it follows).
+    pub fn pos(&self, i: usize) -> usize {
+        i - self.0.iter().rev().find(|(end, _)| *end <= i).map_or(0, |&(_, d)| d)
+    }
+
+    /// Whether every token is at its own index.
+    pub fn is_identity(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A prompt with media: its tokens (media as their ids) and where each media is.
 pub struct MediaPrompt {
     pub tokens: Vec<LlamaToken>,
@@ -247,9 +278,6 @@ impl Projector {
             k += 1;
             let at = m.map_or("messages", |m| m.at.as_str());
             let (encoded, fresh) = self.encoded(&mut kept, chunk, at)?;
-            if self.mrope && encoded.n_pos != encoded.n_tokens {
-                return Err(EngineError::invalid(at, "M-RoPE positions (Qwen2-VL projectors) are not supported yet"));
-            }
             if encoded.n_tokens > self.n_ubatch && unsafe { sys::mtmd_decode_use_non_causal(self.ctx, chunk) } {
                 return Err(EngineError::invalid(
                     at,

@@ -246,6 +246,8 @@ pub struct Request<'m> {
     /// Ms its media took to encode (preparing) and to decode into its cells.
     media_encode_ms: f64,
     media_decode_ms: f64,
+    /// Where its tokens sit (`media::Positions`).
+    positions: crate::media::Positions,
 }
 
 impl<'m> Request<'m> {
@@ -282,7 +284,6 @@ impl<'m> Request<'m> {
             sampler,
             chain,
             phase: Phase::Prefill,
-            prompt,
             tokens_cached,
             n_gen: 0,
             passes: 0,
@@ -294,6 +295,8 @@ impl<'m> Request<'m> {
             lora_tag: 0,
             media_encode_ms: job.encode_ms,
             media_decode_ms: 0.0,
+            positions: crate::media::Positions::of(&prompt.media),
+            prompt,
         }
     }
 
@@ -346,6 +349,15 @@ impl<'m> Request<'m> {
     /// The media chunk of its prompt that starts at token `at`, if one does.
     pub fn media_at(&self, at: usize) -> Option<&crate::media::MediaSpan> {
         self.prompt.media.iter().find(|s| s.start == at)
+    }
+
+    /// The position of its token `i` (its index, but after an M-RoPE image).
+    pub fn pos(&self, i: usize) -> usize {
+        self.positions.pos(i)
+    }
+
+    pub fn positions(&self) -> &crate::media::Positions {
+        &self.positions
     }
 
     /// Where the next media chunk at or after token `at` starts.

@@ -14,6 +14,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::Worker;
 use crate::kv;
+use crate::media::Positions;
 use crate::slot::Wait;
 use llama_engine_core::request::prompt::common_prefix;
 
@@ -50,7 +51,7 @@ impl Worker<'_> {
     /// with nothing shared, an empty slot, else the least recently used.
     /// `tag`: the request's LoRA adapters (cells computed with others are
     /// not reused).
-    pub(super) fn place(&mut self, tokens: &[LlamaToken], reuse: bool, tag: u64) -> Option<(usize, Start)> {
+    pub(super) fn place(&mut self, tokens: &[LlamaToken], positions: &Positions, reuse: bool, tag: u64) -> Option<(usize, Start)> {
         let prompt = ids(tokens);
         let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_free()).collect();
         let own = |w: &Self, i: usize| if reuse { w.reuse(i, &prompt, tag) } else { 0 };
@@ -69,7 +70,7 @@ impl Worker<'_> {
                 return Some((target, Start::Wait(wait)));
             }
         }
-        Some((target, Start::Ready(self.fill(target, &prompt, reuse, tag))))
+        Some((target, Start::Ready(self.fill(target, &prompt, positions, reuse, tag))))
     }
 
     /// What slot `s`'s cells give `prompt` with the adapters of `tag`.
@@ -121,8 +122,9 @@ impl Worker<'_> {
 
     /// Fills slot `target` with the longest reusable prefix of `prompt`
     /// (none without `reuse`), keeping what it held in the prompt cache
-    /// first; returns the tokens it holds.
-    pub(super) fn fill(&mut self, target: usize, prompt: &[i32], reuse: bool, tag: u64) -> usize {
+    /// first; returns the tokens it holds. `positions`: where the prompt's
+    /// tokens sit (cells are cut by position).
+    pub(super) fn fill(&mut self, target: usize, prompt: &[i32], positions: &Positions, reuse: bool, tag: u64) -> usize {
         let (n, source) = if reuse { self.best_source(target, prompt, tag) } else { (0, Source::Own) };
         self.keep_in_cache(target, if source == Source::Own { n } else { 0 });
         // Keeping the slot's state may have changed the prompt cache (the
@@ -136,25 +138,25 @@ impl Worker<'_> {
         let seq = self.slots[target].seq;
         let n_seq = self.slots.len() as i32;
         let done = match source {
-            Source::Own => kv::keep(&mut self.ctx, seq, n).map(|_| {
+            Source::Own => kv::keep(&mut self.ctx, seq, positions.pos(n)).map(|_| {
                 self.slots[target].keep(n);
                 n
             }),
-            Source::Slot(s) => {
-                kv::copy(&mut self.ctx, self.slots[s].seq, seq, n_seq).and_then(|_| kv::keep(&mut self.ctx, seq, n)).map(|_| {
+            Source::Slot(s) => kv::copy(&mut self.ctx, self.slots[s].seq, seq, n_seq)
+                .and_then(|_| kv::keep(&mut self.ctx, seq, positions.pos(n)))
+                .map(|_| {
                     let held: Vec<LlamaToken> = self.slots[s].cached[..n].to_vec();
                     let window_from = self.slots[s].window_from();
                     self.slots[target].hold(&held, window_from);
                     self.slots[target].copy_pending = true;
                     n
-                })
-            }
+                }),
             Source::Cache(e) => {
                 let entry = self.prompt_cache.hit(e);
                 let (len, held) = (entry.tokens.len(), entry.tokens[..n].iter().map(|&t| LlamaToken(t)).collect::<Vec<_>>());
                 let window_from = if entry.windowed { len } else { 0 };
                 match kv::restore(&mut self.ctx, seq, n_seq, &entry.cells, len) {
-                    Ok(()) => kv::keep(&mut self.ctx, seq, n).map(|_| {
+                    Ok(()) => kv::keep(&mut self.ctx, seq, positions.pos(n)).map(|_| {
                         self.slots[target].hold(&held, window_from);
                         n
                     }),
@@ -212,6 +214,7 @@ impl Worker<'_> {
                 continue;
             };
             let prompt = ids(r.prompt());
+            let positions = r.positions().clone();
             let tag = r.lora_tag();
             let donor = &self.slots[w.donor];
             let evaluating = donor.is_prefilling() && donor.request.as_ref().is_some_and(|d| d.id() == w.donor_id);
@@ -219,7 +222,7 @@ impl Worker<'_> {
                 continue;
             }
             self.slots[i].wait = None;
-            let n = self.fill(i, &prompt, true, tag);
+            let n = self.fill(i, &prompt, &positions, true, tag);
             if let Some(r) = self.slots[i].request.as_mut() {
                 r.set_reused(n);
             }

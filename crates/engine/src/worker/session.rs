@@ -96,7 +96,7 @@ impl Worker<'_> {
     /// goes to the prompt cache first) and answers.
     pub(super) fn load_session(&mut self, job: Job, session: Session) {
         let tokens: Vec<LlamaToken> = session.tokens.iter().map(|&t| LlamaToken(t)).collect();
-        let Some((i, Start::Ready(_))) = self.place(&tokens, false, 0) else {
+        let Some((i, Start::Ready(_))) = self.place(&tokens, &crate::media::Positions::default(), false, 0) else {
             self.shared.request_ended(job.id);
             return job.sink.reply(Err(EngineError::internal("no free slot for the session")));
         };

@@ -131,12 +131,14 @@ impl Worker<'_> {
                 continue;
             }
             let done = self.slots[i].cached.len();
-            let Some(span) = self.slots[i].request.as_ref().and_then(|r| r.media_at(done)).cloned() else { continue };
+            let Some(r) = self.slots[i].request.as_ref() else { continue };
+            let Some(span) = r.media_at(done).cloned() else { continue };
+            let n_past = r.pos(done);
             self.apply_threads(span.chunk.n_tokens.min(self.n_batch));
             self.apply_loras()?;
             let t = Instant::now();
             // SAFETY: raw_ctx is this worker's live target context.
-            unsafe { projector.decode(self.raw_ctx, &span, done, self.slots[i].seq)? };
+            unsafe { projector.decode(self.raw_ctx, &span, n_past, self.slots[i].seq)? };
             let slot = &mut self.slots[i];
             slot.cached.extend(std::iter::repeat_n(span.chunk.token(), span.chunk.n_tokens));
             if let Some(r) = slot.request.as_mut() {
@@ -301,9 +303,11 @@ impl Worker<'_> {
             let generating = slot.is_generating();
             part.first_row = row;
             let base = slot.cached.len();
+            let positions = slot.request.as_ref().map(|r| r.positions());
             for (j, &t) in part.tokens.iter().enumerate() {
                 let logits = generating || (part.completes_prompt && j + 1 == part.tokens.len());
-                self.batch.add(t, (base + j) as i32, &[slot.seq], logits).map_err(|e| EngineError::internal(format!("batch: {e}")))?;
+                let pos = positions.map_or(base + j, |p| p.pos(base + j));
+                self.batch.add(t, pos as i32, &[slot.seq], logits).map_err(|e| EngineError::internal(format!("batch: {e}")))?;
                 row += 1;
             }
         }
@@ -343,7 +347,7 @@ impl Worker<'_> {
             // Keep the pending token and the accepted drafts.
             if base + n_ok < slot.cached.len() {
                 self.ctx
-                    .kv_cache_seq_rm(slot.seq, Some((base + n_ok) as u32), None)
+                    .kv_cache_seq_rm(slot.seq, Some(r.pos(base + n_ok) as u32), None)
                     .map_err(|e| EngineError::internal(format!("kv cache: {e}")))?;
                 slot.cached.truncate(base + n_ok); // past any shift point: the pending token's cell stays
             }
