@@ -158,6 +158,79 @@ test('speculation with an image in the prompt gives the same tokens and probabil
   }
 }, 120_000)
 
+test('the prompt cache, sessions, process isolation and LoRA adapters hold with an image', async () => {
+  const cold = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1 })
+  const file = path.join(tmp, 'image.session')
+  try {
+    const first = await cold.complete(ask(images[0].bytes))
+    // Another prompt takes the only slot; the image's cells go to the prompt cache and come back.
+    await cold.complete({ messages: [{ role: 'user', content: 'Count from one to twenty, in words, please: one, two,' }], n_predict: 8 })
+    const back = await cold.complete(ask(images[0].bytes))
+    expect(back.tokens_cached).toBe(back.tokens_evaluated - 1)
+    expect(back.timings.media_decode_ms).toBe(0)
+    expect(trace(back)).toBe(trace(first))
+    // A session of the conversation, loaded into another engine: the image comes back with it.
+    const conversation = { messages: [{ role: 'user', content: [{ type: 'image', data: images[0].bytes }, { type: 'text', text: QUESTION }] }] }
+    const saved = await engine.saveSession(file, conversation)
+    expect(saved.tokens).toBeGreaterThan(16)
+    const fresh = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1 })
+    try {
+      expect(await fresh.loadSession(file)).toMatchObject({ tokens: saved.tokens, exact: true })
+      const resumed = await fresh.complete(ask(images[0].bytes))
+      expect(resumed.tokens_cached).toBeGreaterThan(16)
+      expect(resumed.timings.media_decode_ms).toBe(0)
+      expect(trace(resumed)).toBe(trace(first))
+    } finally {
+      await fresh.dispose()
+    }
+    // In a child process, the same bits.
+    const isolated = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1, isolation: 'process' })
+    try {
+      expect(isolated.status().media).toEqual({ vision: true, audio: false })
+      expect(trace(await isolated.complete(ask(images[0].bytes)))).toBe(trace(first))
+    } finally {
+      await isolated.dispose()
+    }
+  } finally {
+    await cold.dispose()
+  }
+  // An adapter at scale 0 is the base; at scale 1 it changes the answer about the image.
+  const lora = await LlamaEngine.load({
+    modelPath: GEMMA,
+    mmprojPath: MMPROJ,
+    chatTemplate: GEMMA_TEMPLATE,
+    contextSize: 512,
+    parallel: 2,
+    loras: [{ path: model('gemma-3-270m.lora-test.gguf'), scale: 0 }],
+  })
+  try {
+    const base = trace(await lora.complete(ask(images[1].bytes, { cache_prompt: false })))
+    const [zero, one] = await Promise.all([
+      lora.complete(ask(images[1].bytes, { cache_prompt: false, lora: [{ id: 0, scale: 0 }] })),
+      lora.complete(ask(images[1].bytes, { cache_prompt: false, lora: [{ id: 0, scale: 1 }] })),
+    ])
+    expect(trace(zero)).toBe(base)
+    expect(trace(one)).not.toBe(base)
+  } finally {
+    await lora.dispose()
+  }
+}, 240_000)
+
+test('a full context ends an image request (never shifted through the image)', async () => {
+  const small = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 64, parallel: 1 })
+  try {
+    const r = await small.complete(ask(images[1].bytes, { n_predict: 200, ignore_eos: true, n_probs: 0 }))
+    expect(r.stopped_limit).toBe(true)
+    expect(r.tokens_evaluated + r.tokens_predicted).toBeLessThanOrEqual(64)
+    // A prompt with its image longer than the context is refused, not truncated.
+    const long = await small.complete(ask(images[1].bytes, { messages: [{ role: 'user', content: [{ type: 'image', data: images[1].bytes }, { type: 'text', text: 'word '.repeat(80) }] }] })).catch((e) => e)
+    expect(long.code).toBe('INVALID_REQUEST')
+    expect(long.message).toMatch(/takes \d+ tokens; the context holds 64/)
+  } finally {
+    await small.dispose()
+  }
+}, 120_000)
+
 test('damaged, hostile and mislabelled media are refused naming the part', async () => {
   const good = images[0].bytes
   const wide = Buffer.from(good)

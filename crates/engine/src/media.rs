@@ -152,13 +152,12 @@ pub struct MediaPrompt {
 /// The (negative) id the tokens of the media with SHA-256 `id` have in a
 /// prompt's token list: 30 bits of the hash, never a vocabulary id.
 pub fn media_token(id: &str) -> LlamaToken {
-    let bits = u32::from_str_radix(id.get(..8).unwrap_or("0"), 16).unwrap_or(0) & 0x3fff_ffff;
-    LlamaToken(-2 - bits as i32)
+    LlamaToken(llama_engine_core::request::media::media_token_id(id))
 }
 
 /// Whether `t` stands for a media chunk's token.
 pub fn is_media_token(t: LlamaToken) -> bool {
-    t.0 < 0
+    llama_engine_core::request::media::is_media_token(t.0)
 }
 
 impl Projector {

@@ -88,8 +88,9 @@ impl Engine {
         fields.insert("speculative".into(), json!({ "mode": "off" }));
         let limits = RequestLimits { n_vocab: self.info.n_vocab, n_ctx: self.info.n_ctx };
         let mut request = parse_request(&Value::Object(fields), &limits)?;
-        if let Some(messages) = request.messages.take() {
-            let text = chat::render(self.vocab().chat()?, &messages, &request.chat, false)?;
+        // (The messages stay: their images and audio are tokenized with the text.)
+        if let Some(messages) = &request.messages {
+            let text = chat::render(self.vocab().chat()?, messages, &request.chat, false)?;
             request.prompt = vec![PromptPart::Chat(text)];
             request.chat = Default::default();
         }

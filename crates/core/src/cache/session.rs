@@ -147,7 +147,8 @@ impl Session {
             return Err(format!("holds {n} tokens; this engine's context holds {} per slot", expect.n_ctx));
         }
         let tokens: Vec<i32> = take(4 * n)?.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
-        if let Some(t) = tokens.iter().find(|&&t| t < 0 || t >= expect.model.n_vocab) {
+        // (Media chunks stand as their content's ids: `request::media`.)
+        if let Some(t) = tokens.iter().find(|&&t| !(0..expect.model.n_vocab).contains(&t) && !crate::request::media::is_media_token(t)) {
             return Err(format!("malformed (token {t} is not in the vocabulary)"));
         }
         let rest = &body[at..];

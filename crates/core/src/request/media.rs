@@ -23,6 +23,23 @@ pub const MAX_MEDIA_BYTES: usize = 20 << 20;
 pub const MAX_IMAGE_PIXELS: u64 = 8192 * 8192;
 pub const MAX_IMAGE_SIDE: u32 = 16384;
 
+/// The ids a media chunk's tokens have in a prompt's token list: 30 bits
+/// of its content hash, below -1 (never a vocabulary id, never llama.cpp's
+/// null token -1).
+pub const MEDIA_TOKEN_MAX: i32 = -2;
+pub const MEDIA_TOKEN_MIN: i32 = -2 - 0x3fff_ffff;
+
+/// Whether `t` is a media chunk's token id (`MEDIA_TOKEN_MIN..=MEDIA_TOKEN_MAX`).
+pub fn is_media_token(t: i32) -> bool {
+    (MEDIA_TOKEN_MIN..=MEDIA_TOKEN_MAX).contains(&t)
+}
+
+/// The media token id of the media whose SHA-256 (hex) is `id`.
+pub fn media_token_id(id: &str) -> i32 {
+    let bits = u32::from_str_radix(id.get(..8).unwrap_or("0"), 16).unwrap_or(0) & 0x3fff_ffff;
+    MEDIA_TOKEN_MAX - bits as i32
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MediaKind {
     Image,
