@@ -27,7 +27,7 @@ const jestArgs = args.filter((a) => a !== '--full' && a !== '--real' && a !== '-
 // that reads what the model wrote (calls, structured output, chats, fills),
 // the bit-exactness of speculation, which each variant owes itself, and
 // status() naming the variant that computed.
-const VARIANT_SUITES = ['install', 'exactness', 'families', 'tools', 'chat', 'structured', 'complete', 'parallel', 'controller', 'lora', 'responses', 'openai', 'anthropic', 'infill']
+const VARIANT_SUITES = ['install', 'exactness', 'families', 'tools', 'chat', 'structured', 'complete', 'parallel', 'controller', 'lora', 'responses', 'openai', 'anthropic', 'infill', 'multimodal']
 const REAL_CLIENTS_MODEL = join(process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models'), 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')
 
 function run(cmd, argv, env = {}) {
