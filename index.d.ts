@@ -856,6 +856,29 @@ export interface AdapterInspection {
   parameters: number
 }
 
+/** What `inspectModel` finds in a multimodal projector (`mmproj-*.gguf`, for `mmprojPath`). */
+export interface ProjectorInspection {
+  kind: 'projector'
+  path: string
+  fileBytes: number
+  name: string | null
+  /** llama.cpp's projector type (`gemma3`, `qwen2vl_merger`, `qwen2.5vl_merger`, `idefics3`, …). */
+  projectorType: string | null
+  vision: boolean
+  audio: boolean
+  /** The side of the square an image is resized to or tiled by, and of a patch (pixels). */
+  imageSize: number | null
+  patchSize: number | null
+  /** Tokens one image takes, where that is fixed (null: it depends on the image's size). */
+  tokensPerImage: number | null
+  /** The text model's embedding width it projects to. */
+  embeddingLength: number | null
+  tensors: number
+  parameters: number
+  /** Bytes of its weights (the memory it takes, loaded, besides compute buffers). */
+  weightBytes: number
+}
+
 /**
  * What a GGUF file (a path or a model URI, resolved as `resolveModel` does)
  * holds and, for a model, the memory a context of `contextSize` tokens
@@ -874,7 +897,7 @@ export declare function inspectModel(
     signal?: AbortSignal
     onProgress?: (p: ResolveProgress) => void
   },
-): Promise<ModelInspection | AdapterInspection>
+): Promise<ModelInspection | AdapterInspection | ProjectorInspection>
 
 declare const llamaEngine: {
   LlamaEngine: typeof LlamaEngine

@@ -282,6 +282,19 @@ test('a path part reads the host file; the CLI takes --mmproj and --image', asyn
   expect(out).toBe(byBytes.content)
 }, 120_000)
 
+test('inspectModel describes a projector: what it reads, its image geometry, tokens per image', async () => {
+  const { inspectModel } = require('..')
+  const info = await inspectModel(MMPROJ)
+  expect(info).toMatchObject({ kind: 'projector', projectorType: 'gemma3', vision: true, audio: false, imageSize: 64, patchSize: 8, embeddingLength: 640 })
+  // What an image really takes.
+  const r = await engine.complete(ask(images[0].bytes, { n_predict: 1, cache_prompt: false }))
+  const text = await engine.complete({ messages: [{ role: 'user', content: QUESTION }], n_predict: 1, cache_prompt: false })
+  // The image adds its tokens and the <start_of_image>/<end_of_image> around them (and the newlines mtmd puts there).
+  expect(info.tokensPerImage).toBe(16)
+  expect(r.tokens_evaluated - text.tokens_evaluated).toBeGreaterThanOrEqual(16)
+  expect(info.weightBytes).toBeGreaterThan(0)
+})
+
 test('a projector for another model, or a damaged one, is refused with its cause', async () => {
   // The gemma projector (640 wide) for SmolLM2 (576).
   const wrong = await LlamaEngine.load({ modelPath: TARGET, mmprojPath: MMPROJ, contextSize: 256 }).catch((e) => e)

@@ -135,6 +135,10 @@ test('hf:OWNER/REPO:QUANT downloads into the hub cache layout, checked, with pro
   const requests = seen.length
   expect(await resolveModel('hf:me/tiny:Q4_K_M', { cacheDir, offline: true })).toBe(file)
   expect(seen.length).toBe(requests)
+  // The repository's projector, by name (mmprojPath: 'hf:me/tiny' asks for it).
+  const projector = await resolveModel('hf:me/tiny:mmproj', { cacheDir })
+  expect(path.basename(projector)).toBe('mmproj-tiny-Q4_K_M.gguf')
+  await expect(resolveModel('hf:me/liar:mmproj', { cacheDir })).rejects.toThrow(/no multimodal projector/)
   // A quant never fetched is not there offline, and the error says so.
   await expect(resolveModel('hf:me/tiny:Q6_K', { cacheDir, offline: true })).rejects.toThrow(/no \.gguf file whose name contains Q6_K.*offline/)
 })

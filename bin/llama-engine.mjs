@@ -625,6 +625,17 @@ export function describeInspection(info) {
     lines.push(row('tensors', `${info.tensors} (${info.parameters.toLocaleString('en-US')} parameters)`))
     return lines
   }
+  if (info.kind === 'projector') {
+    const reads = [info.vision && 'images', info.audio && 'audio'].filter(Boolean).join(' and ')
+    lines.push(row('kind', `multimodal projector (${info.projectorType}) reading ${reads}, for mmprojPath`))
+    if (info.vision) {
+      const tokens = info.tokensPerImage != null ? `${info.tokensPerImage} tokens per image` : 'tokens per image by its size'
+      lines.push(row('images', `${info.imageSize} px, patches of ${info.patchSize} px; ${tokens}`))
+    }
+    lines.push(row('projects to', `embedding ${info.embeddingLength ?? '?'} (the text model's)`))
+    lines.push(row('tensors', `${info.tensors} (${info.parameters.toLocaleString('en-US')} parameters, ${bytes(info.weightBytes)})`))
+    return lines
+  }
   const params = info.parameters >= 1e9 ? `${(info.parameters / 1e9).toFixed(2)} B` : `${(info.parameters / 1e6).toFixed(1)} M`
   lines.push(row('architecture', `${info.architecture}${info.name ? ` (${info.name})` : ''}`))
   lines.push(row('parameters', params))

@@ -70,6 +70,8 @@ class LlamaEngine {
     rest.selfCheckCache = selfCheckCache(rest.selfCheckCache)
     // hf: and https: models are fetched first (models/resolve.js); onProgress
     // then covers the download (the first half) and the load.
+    // A projector named by its repository alone: that repository's mmproj file.
+    if (typeof rest.mmprojPath === 'string' && /^hf:[^/:]+\/[^/:]+$/.test(rest.mmprojPath)) rest.mmprojPath += ':mmproj'
     const remote = ['modelPath', 'draftModelPath', 'mmprojPath'].filter((k) => isRemoteModel(rest[k]))
     const share = remote.length ? 0.5 : 0
     if (remote.length) {

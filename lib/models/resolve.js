@@ -4,6 +4,9 @@
 //                           (case-insensitive; every part of a split GGUF
 //                           `-0000k-of-0000n`, the first returned)
 //   hf:OWNER/REPO           the same with Q4_K_M, llama.cpp's default
+//   hf:OWNER/REPO:mmproj    the repository's multimodal projector
+//                           (mmproj-*.gguf: F16, else BF16, else Q8_0, else
+//                           the shortest name; what `mmprojPath` takes)
 //   hf:OWNER/REPO/PATH.gguf that file
 //   https://…/FILE.gguf     that URL
 //   anything else           a local path
@@ -97,6 +100,12 @@ function pick(candidates, want, repo) {
     return splitParts(ggufs, hit, m, repo)
   }
   const q = want.quant.toLowerCase()
+  if (q === 'mmproj') {
+    const projectors = ggufs.filter((p) => /mmproj/i.test(path.basename(p)))
+    if (projectors.length === 0) throw resolveError(`${repo}: no multimodal projector (mmproj*.gguf) in it`)
+    const rank = (p) => ['f16', 'bf16', 'q8_0'].findIndex((t) => path.basename(p).toLowerCase().includes(t)) >>> 0
+    return [projectors.sort((a, b) => rank(a) - rank(b) || a.length - b.length || a.localeCompare(b))[0]]
+  }
   const named = ggufs.filter((p) => p.toLowerCase().includes(q) && !/mmproj/i.test(path.basename(p))).sort()
   if (named.length === 0) {
     const quants = [...new Set(ggufs.map((p) => /[._-](I?Q\d[\w]*|F16|BF16|F32)/i.exec(path.basename(p))?.[1]).filter(Boolean))]

@@ -34,6 +34,10 @@ pub fn inspect(opts: &EngineOptions) -> Result<Value> {
     if general_type.as_deref() == Some("adapter") {
         return Ok(describe_adapter(&file, path, meta.len()));
     }
+    if text(&file, "general.architecture").as_deref() == Some("clip") {
+        gguf::check_projector(&file).map_err(fail)?;
+        return Ok(describe_projector(&file, path, meta.len()));
+    }
     gguf::check_model(&file).map_err(fail)?;
     let arch = text(&file, "general.architecture").unwrap_or_default();
     let int = |key: &str| file.get(&format!("{arch}.{key}")).and_then(|v| v.as_int()).map(|v| v as i64);
@@ -167,6 +171,46 @@ fn ftype_name(t: i64) -> Option<&'static str> {
 
 fn text(file: &GgufFile, key: &str) -> Option<String> {
     file.get(key).and_then(|v| v.as_str()).map(str::to_owned)
+}
+
+/// A multimodal projector (`mmproj`): what it reads, its image geometry and
+/// the tokens an image takes where that is fixed (resizing projectors:
+/// gemma3, idefics3, llava…); those that keep an image's aspect (Qwen2-VL…)
+/// take about (width / patch / merge) × (height / patch / merge).
+fn describe_projector(file: &GgufFile, path: &str, bytes: u64) -> Value {
+    let int = |key: &str| file.get(key).and_then(|v| v.as_int()).map(|v| v as u64);
+    let flag = |key: &str| matches!(file.get(key), Some(gguf::Value::Bool(true)));
+    let vision = flag("clip.has_vision_encoder");
+    let projector = text(file, "clip.projector_type").or_else(|| text(file, "clip.vision.projector_type"));
+    let (image, patch) = (int("clip.vision.image_size"), int("clip.vision.patch_size"));
+    let merge = int("clip.vision.projector.scale_factor").or(match projector.as_deref() {
+        Some("gemma3") => Some(4),
+        _ => None,
+    });
+    let tokens_per_image = match (projector.as_deref(), image, patch) {
+        (Some("gemma3"), Some(i), Some(p)) if p > 0 => {
+            let side = i / p / merge.unwrap_or(1).max(1);
+            Some(side * side)
+        }
+        _ => None,
+    };
+    let weight_bytes: u64 = file.tensors.iter().map(|t| t.bytes).sum();
+    json!({
+        "kind": "projector",
+        "path": path,
+        "fileBytes": bytes,
+        "name": text(file, "general.name"),
+        "projectorType": projector,
+        "vision": vision,
+        "audio": flag("clip.has_audio_encoder"),
+        "imageSize": if vision { image } else { None },
+        "patchSize": if vision { patch } else { None },
+        "tokensPerImage": tokens_per_image,
+        "embeddingLength": int("clip.vision.projection_dim").or_else(|| int("clip.audio.projection_dim")),
+        "tensors": file.tensors.len(),
+        "parameters": file.tensors.iter().map(|t| t.elements()).sum::<u64>(),
+        "weightBytes": weight_bytes,
+    })
 }
 
 fn describe_adapter(file: &GgufFile, path: &str, bytes: u64) -> Value {
