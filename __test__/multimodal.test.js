@@ -19,6 +19,7 @@ const { importEsm, listen, close } = require('./server-helpers')
 const { createServer } = require('../server')
 
 const MMPROJ = model('gemma-3-270m.mmproj-test.gguf')
+const AUDIO_MMPROJ = model('gemma-3-270m.mmproj-audio-test.gguf')
 const ROOT = path.join(__dirname, '..')
 // The gemma-3-270m fixture has no chat template: llama.cpp's built-in
 // `gemma` one (what mtmd-cli --chat-template gemma renders), in Jinja.
@@ -312,8 +313,11 @@ test('a projector for another model, or a damaged one, is refused with its cause
   expect(notProjector.message).toMatch(/not a multimodal projector/)
 }, 120_000)
 
-test('fuzzed images never crash the engine (in a child process)', async () => {
+test('fuzzed images and audio never crash the engine (in a child process)', async () => {
   const n = FULL ? 400 : 80
+  const { wavBytes } = await importEsm(path.join(ROOT, 'scripts', 'mm-fixtures.mjs'))
+  const clip = path.join(tmp, 'fuzz.wav')
+  fs.writeFileSync(clip, wavBytes(0.5, 16000, 9))
   const script = `
     const { LlamaEngine } = require(${JSON.stringify(path.join(ROOT, 'index.js'))})
     const fs = require('node:fs')
@@ -333,6 +337,19 @@ test('fuzzed images never crash the engine (in a child process)', async () => {
         codes[r] = (codes[r] || 0) + 1
       }
       await e.dispose()
+      // WAV files: flipped bytes, cuts, hostile header fields (sizes, rates, channels).
+      const a = await LlamaEngine.load({ modelPath: ${JSON.stringify(GEMMA)}, mmprojPath: ${JSON.stringify(AUDIO_MMPROJ)}, chatTemplate: ${JSON.stringify(GEMMA_TEMPLATE)}, contextSize: 256, parallel: 1 })
+      const wav = fs.readFileSync(${JSON.stringify(clip)})
+      for (let i = 0; i < ${n}; i++) {
+        const b = Buffer.from(wav)
+        const kind = i % 4
+        if (kind === 0) for (let k = 0; k < 1 + rnd() * 8; k++) b[Math.floor(rnd() * 64)] = Math.floor(rnd() * 256)
+        if (kind === 3) b.writeUInt32LE(Math.floor(rnd() * 2 ** 32), [4, 16, 24, 28, 40][Math.floor(rnd() * 5)])
+        const data = kind === 1 ? b.subarray(0, Math.floor(rnd() * b.length)) : kind === 2 ? Buffer.concat([b.subarray(0, 44), Buffer.from(Array.from({ length: 300 }, () => Math.floor(rnd() * 256)))]) : b
+        const r = await a.complete({ messages: [{ role: 'user', content: [{ type: 'audio', data }, { type: 'text', text: 'Hi' }] }], n_predict: 1 }).then(() => 'OK', (err) => err.code)
+        codes[r] = (codes[r] || 0) + 1
+      }
+      await a.dispose()
       console.log(JSON.stringify(codes))
     })()`
   const out = await new Promise((resolve, reject) =>
@@ -343,9 +360,66 @@ test('fuzzed images never crash the engine (in a child process)', async () => {
   const codes = JSON.parse(out.trim().split('\n').pop())
   // Every request answered: decoded (a damaged pixel is still an image) or refused by name.
   expect(Object.keys(codes).every((c) => c === 'OK' || c === 'INVALID_REQUEST')).toBe(true)
-  expect(Object.values(codes).reduce((a, b) => a + b, 0)).toBe(n)
+  expect(Object.values(codes).reduce((a, b) => a + b, 0)).toBe(2 * n)
   expect(codes.INVALID_REQUEST).toBeGreaterThan(0)
 }, 660_000)
+
+// Audio: a tiny random-weight gemma4ua projector (frames of 40 ms, each one
+// token, through one linear map) for the same gemma-3-270m.
+describe('audio', () => {
+  let audio
+  let wav
+  beforeAll(async () => {
+    ;({ wavBytes: wav } = await importEsm(path.join(ROOT, 'scripts', 'mm-fixtures.mjs')))
+    audio = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: AUDIO_MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 2 })
+  }, 120_000)
+  afterAll(async () => {
+    await audio?.dispose()
+  })
+  const hear = (clip, extra = {}) => ({
+    messages: [{ role: 'user', content: [{ type: 'audio', data: clip }, { type: 'text', text: 'Transcribe.' }] }],
+    n_predict: 16,
+    temperature: 0,
+    ...extra,
+  })
+
+  againstCli("the same greedy text as mtmd-cli for two clips; OpenAI's input_audio the same", async () => {
+    expect(audio.status().media).toEqual({ vision: false, audio: true })
+    const cli = execFileSync(process.execPath, [path.join(ROOT, 'scripts', 'mtmd-cli.mjs')], { encoding: 'utf8' }).trim()
+    const seen = []
+    for (const seed of [1, 2]) {
+      const file = path.join(tmp, `clip-${seed}.wav`)
+      fs.writeFileSync(file, wav(1.5, 16000, seed))
+      const out = execFileSync(
+        cli,
+        ['-m', GEMMA, '--mmproj', AUDIO_MMPROJ, '--audio', file, '-p', 'Transcribe.', '-n', '16', '--temp', '0', '--seed', '42', '-t', '2', '--no-repack', '--chat-template', 'gemma'],
+        { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+      )
+      const ours = await audio.complete(hear(fs.readFileSync(file)))
+      expect(ours.content).toBe(out.replace(/^\n/, '').replace(/\n\n$/, ''))
+      expect(ours.timings.media_n).toBe(1)
+      const openai = await audio.complete({
+        messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: fs.readFileSync(file).toString('base64'), format: 'wav' } }, { type: 'text', text: 'Transcribe.' }] }],
+        n_predict: 16,
+        temperature: 0,
+      })
+      expect(openai.content).toBe(ours.content)
+      seen.push(ours.content)
+    }
+    expect(seen[0]).not.toBe(seen[1])
+  }, 120_000)
+
+  test('a clip beside a text request: the same bits as alone; an image to an audio projector is refused', async () => {
+    const clip = wav(1, 16000, 7)
+    const text = { messages: [{ role: 'user', content: 'Name three birds.' }], n_predict: 16, temperature: 0, n_probs: 3, cache_prompt: false }
+    const alone = [trace(await audio.complete(hear(clip, { n_probs: 3, cache_prompt: false }))), trace(await audio.complete(text))]
+    const both = await Promise.all([audio.complete(hear(clip, { n_probs: 3, cache_prompt: false })), audio.complete(text)])
+    expect(both.map(trace)).toEqual(alone)
+    const e = await audio.complete(ask(images[0].bytes)).catch((e) => e)
+    expect(e.code).toBe('INVALID_REQUEST')
+    expect(e.message).toMatch(/^messages\[0\]\.content\[0\]: this model's projector reads no image/)
+  }, 120_000)
+})
 
 // The second family: Qwen2-VL's projector and M-RoPE positions (an image's
 // tokens span fewer positions than tokens; the text after it goes on from

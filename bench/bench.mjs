@@ -64,6 +64,11 @@
 //             with the repacked kernels off; BENCH_KERNELS_AVX2_ADDON adds
 //             the AVX2 variant; BENCH_KERNELS_MODELS / _SIZES narrow it. Not
 //             in the default list (about 40 minutes with the 1.5B).
+//   multimodal images through the projector (the test fixtures: gemma-3-270m
+//             with a tiny gemma3 projector; the Qwen2-VL pair with the real
+//             models): encode ms, into-the-cells ms and prompt ms per image
+//             size, a second question about the same image, and the longest
+//             gap a neighbour's stream sees while an image request starts.
 //   prebuilt  the portable addon of `npm run prebuild` (npm/<triple>/, CPU
 //             variant chosen at run time) against the source build
 //             (-C target-cpu=native): plain decoding and prompt evaluation,
@@ -1201,6 +1206,90 @@ if (sections.has('isolation')) {
   console.log(`medians over ${REPEATS} fresh engines of each kind, alternated; ttft: a 2-token chat request without cache (median of 5); tok/s seen by the caller: ${N} tokens over the wall time of complete() with an event callback.`)
   console.log(`(isolation section: ${elapsed(since)})`)
   results.isolation = { rows, runs }
+}
+
+// multimodal: images through the projector (the test fixtures of
+// scripts/mm-fixtures.mjs: gemma-3-270m with a tiny SigLIP projector, 16
+// tokens an image; the Qwen2-VL pair with M-RoPE, whose tokens grow with the
+// image, when the real models are there). Per image size: encode ms (on the
+// preparing thread), the ms its embeddings take into the cells, the whole
+// prompt; a second question about the same image (its cells reused: nothing
+// encoded, only the question prefilled) against the first; and what a
+// neighbour streaming in another slot sees while an image request starts
+// (its longest gap between tokens, against its median gap alone).
+if (sections.has('multimodal')) {
+  const since = Date.now()
+  const { pngBytes } = await import('../scripts/mm-fixtures.mjs')
+  const GEMMA_T = "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+  const CHATML = '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}'
+  const pairs = [
+    { name: 'gemma-3-270m Q4_K_M + gemma3 test projector', modelPath: join(models, 'gemma-3-270m-q4_k_m.gguf'), mmprojPath: join(models, 'gemma-3-270m.mmproj-test.gguf'), chatTemplate: GEMMA_T, sizes: [64, 512] },
+    { name: 'qwen2vl-tiny + qwen2vl_merger test projector (M-RoPE)', modelPath: join(models, 'qwen2vl-tiny.gguf'), mmprojPath: join(models, 'qwen2vl-tiny.mmproj-test.gguf'), chatTemplate: CHATML, sizes: [64, 256, 512] },
+  ].filter((p) => existsSync(p.modelPath) && existsSync(p.mmprojPath))
+  console.log(`\n## multimodal: images through the projector (${THREADS} threads, parallel 2)`)
+  const rows = []
+  let seed = 100
+  const ask = (image, text, extra = {}) => ({ messages: [{ role: 'user', content: [{ type: 'image', data: image }, { type: 'text', text }] }], n_predict: 8, temperature: 0, ...extra })
+  for (const p of pairs) {
+    const engine = await LlamaEngine.load({ modelPath: p.modelPath, mmprojPath: p.mmprojPath, chatTemplate: p.chatTemplate, contextSize: 4096, batchSize: 2048, threads: THREADS, parallel: 2 })
+    await engine.complete(ask(pngBytes(64, 64, 1), 'Warm up.'))
+    for (const size of p.sizes) {
+      const runs = []
+      for (let r = 0; r < REPEATS; r++) {
+        const image = pngBytes(size, size, seed++)
+        const first = await engine.complete(ask(image, 'Describe the image.'))
+        const again = await engine.complete({
+          messages: [
+            { role: 'user', content: [{ type: 'image', data: image }, { type: 'text', text: 'Describe the image.' }] },
+            { role: 'assistant', content: first.content },
+            { role: 'user', content: 'And its colours?' },
+          ],
+          n_predict: 8,
+          temperature: 0,
+        })
+        runs.push({ tokens: first.tokens_evaluated, encode: first.timings.media_encode_ms, decode: first.timings.media_decode_ms, prompt: first.timings.prompt_ms, second: again.timings.prompt_ms, secondN: again.timings.prompt_n, secondEncode: again.timings.media_encode_ms })
+      }
+      rows.push({
+        model: p.name,
+        image: `${size}x${size}`,
+        'prompt tokens': median(runs.map((x) => x.tokens)),
+        'encode ms': fmt(median(runs.map((x) => x.encode))),
+        'into cells ms': fmt(median(runs.map((x) => x.decode))),
+        'prompt ms': fmt(median(runs.map((x) => x.prompt))),
+        '2nd question ms': fmt(median(runs.map((x) => x.second))),
+        '2nd prefilled': median(runs.map((x) => x.secondN)),
+        '2nd encode ms': fmt(median(runs.map((x) => x.secondEncode))),
+        'speed-up': `${fmt(median(runs.map((x) => x.prompt / x.second)), 1)}x`,
+      })
+    }
+    // The neighbour: a text stream alone, then with an image request starting mid-stream.
+    const gaps = async (withImage, size) => {
+      const times = []
+      const stream = engine.complete({ messages: [{ role: 'user', content: 'Write a long story about a lighthouse keeper.' }], n_predict: 96, temperature: 0, ignore_eos: true, cache_prompt: false, speculative: { mode: 'off' } }, (e) => {
+        if (e.type === 'token') times.push(performance.now())
+      })
+      let image = null
+      let settled = false
+      stream.finally(() => (settled = true))
+      if (withImage) {
+        while (times.length < 24 && !settled) await new Promise((r) => setTimeout(r, 2))
+        image = engine.complete(ask(pngBytes(size, size, seed++), 'Describe the image.', { cache_prompt: false }))
+      }
+      await stream
+      await image
+      const d = times.slice(1).map((t, i) => t - times[i])
+      return { median: median(d), max: Math.max(...d.slice(20)) }
+    }
+    const big = p.sizes[p.sizes.length - 1]
+    const alone = await gaps(false)
+    const beside = await gaps(true, big)
+    rows.push({ model: p.name, image: `neighbour, ${big}x${big}`, 'prompt tokens': '-', 'encode ms': '-', 'into cells ms': '-', 'prompt ms': `gap alone ${fmt(alone.median)} ms`, '2nd question ms': `longest gap ${fmt(beside.max)} ms`, '2nd prefilled': '-', '2nd encode ms': '-', 'speed-up': '-' })
+    await engine.dispose()
+  }
+  if (rows.length) table(rows, Object.keys(rows[0]))
+  console.log(`medians of ${REPEATS} never-seen images each; the 2nd question repeats the image and the answer and asks again (prefilled: the tokens computed).`)
+  console.log(`(multimodal section: ${elapsed(since)})`)
+  results.multimodal = { rows }
 }
 
 // lora: decoding with LoRA adapters loaded (the test adapter: rank 8 on

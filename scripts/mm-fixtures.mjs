@@ -17,7 +17,14 @@
 //         2-block ViT with 2-D M-RoPE (8x8 patches, n_embd 64), 2x2 patch
 //         merger MLP to 64. A 64x64 image gives 16 image tokens (the size is
 //         dynamic: (w/16)*(h/16) tokens, w and h rounded to multiples of 16).
+//     gemma-3-270m.mmproj-audio-test.gguf   audio projector `gemma4ua` for
+//         gemma-3-270m (n_embd 640): encoder-free, the 16 kHz waveform cut
+//         into 640-sample frames (40 ms; the last one zero-padded), each RMS
+//         normed and projected to 640 by one linear map. 25 audio tokens per
+//         second: ceil(samples / 640) tokens per clip, any length, no chunks.
 //   pngBytes(width, height, seed)      a deterministic RGB test image (PNG)
+//   wavBytes(seconds, sampleRate, seed) a deterministic test clip (16-bit PCM
+//         mono WAV): seeded tones, a chirp and noise
 //
 // CLI: node scripts/mm-fixtures.mjs [modelsDir]   (default models/)
 //
@@ -38,10 +45,21 @@ export const GEMMA_MMPROJ = 'gemma-3-270m.mmproj-test.gguf';
 export const QWEN_TOKENIZER_SOURCE = 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf';
 export const QWEN2VL_TEXT = 'qwen2vl-tiny.gguf';
 export const QWEN2VL_MMPROJ = 'qwen2vl-tiny.mmproj-test.gguf';
+export const GEMMA_AUDIO_MMPROJ = 'gemma-3-270m.mmproj-audio-test.gguf';
 
 /** The fixtures' shapes, for tests (tokens per 64x64 image etc.). */
 export const GEMMA_VISION = Object.freeze({ imageSize: 64, patchSize: 8, nEmbd: 64, nFf: 128, nHead: 4, nLayer: 2, nMerge: 2, projectionDim: 640, tokensPerImage: 16 });
 export const QWEN2VL_VISION = Object.freeze({ imageSize: 64, patchSize: 8, nEmbd: 64, nFf: 128, nHead: 4, nLayer: 2, nMerge: 2, projectionDim: 64, tokensPer64x64Image: 16 });
+/**
+ * The audio fixture: mtmd resamples any clip to `sampleRate` (mono) and makes
+ * one token of every `frameSize` samples (the last frame zero-padded), so a
+ * clip of n samples at 16 kHz is ceil(n / 640) tokens (25 a second), all in
+ * one chunk, between the text markers `<|audio>` and `<audio|>` that mtmd
+ * adds (plain text to gemma-3's tokenizer).
+ */
+export const GEMMA_AUDIO = Object.freeze({ projectorType: 'gemma4ua', sampleRate: 16000, frameSize: 640, tokensPerSecond: 25, projectionDim: 640, begin: '<|audio>', end: '<audio|>' });
+/** Audio tokens of a clip of `nSamples` samples at GEMMA_AUDIO.sampleRate. */
+export const gemmaAudioTokens = (nSamples) => Math.ceil(nSamples / GEMMA_AUDIO.frameSize);
 export const QWEN2VL_TEXT_HPARAMS = Object.freeze({ nEmbd: 64, nFf: 128, nHead: 4, nHeadKv: 2, nLayer: 2, nCtx: 4096, ropeSections: [2, 3, 3, 0] });
 
 // ---------------------------------------------------------------------------
@@ -162,6 +180,43 @@ export function gemma3MmprojSpec(textEmbd = GEMMA_VISION.projectionDim) {
     // newline loop for most images; at 4 its greedy output follows the image.
     randomTensor(key, 'mm.input_projection.weight', [textEmbd, nEmbd], { std: 4 / Math.sqrt(nEmbd), type: 'F16' }),
   );
+  return { kv, tensors };
+}
+
+// ---------------------------------------------------------------------------
+// gemma4ua audio projector (encoder-free: waveform frames, RMS norm, linear)
+
+/**
+ * The GGUF spec of the gemma4ua test audio projector for a text model of
+ * width `textEmbd`. clip.cpp (load_hparams, models/gemma4ua.cpp) reads the
+ * common audio keys (embedding_length etc. are required but unused: no
+ * encoder blocks), fixes 16 kHz and 640-sample frames itself, and loads one
+ * tensor: mm.a.input_projection.weight, a Linear(640, textEmbd) used as
+ * mul_mat(W, rms_norm(frame)): ne [640, textEmbd].
+ */
+export function gemma4uaMmprojSpec(textEmbd = GEMMA_AUDIO.projectionDim) {
+  const { frameSize } = GEMMA_AUDIO;
+  const key = 'gemma4ua-mmproj-test';
+  const kv = [
+    ['general.architecture', 'STRING', 'clip'],
+    ['general.type', 'STRING', 'mmproj'],
+    ['general.name', 'STRING', 'gemma-3-270m mmproj-audio-test (random weights)'],
+    ['general.file_type', 'U32', 1],
+    ['clip.projector_type', 'STRING', 'gemma4ua'],
+    ['clip.has_vision_encoder', 'BOOL', false],
+    ['clip.has_audio_encoder', 'BOOL', true],
+    ['clip.audio.num_mel_bins', 'U32', frameSize], // gemma4ua: samples a frame (clip.cpp sets 640 anyway)
+    ['clip.audio.embedding_length', 'U32', frameSize],
+    ['clip.audio.feed_forward_length', 'U32', frameSize],
+    ['clip.audio.block_count', 'U32', 0],
+    ['clip.audio.projection_dim', 'U32', textEmbd],
+    ['clip.audio.attention.head_count', 'U32', 1],
+    ['clip.audio.attention.layer_norm_epsilon', 'F32', 1e-6],
+  ];
+  // Output ~N(0, 4^2) per element, as the gemma3 image fixture's: the frame
+  // is RMS normed (unit RMS), so std 4/sqrt(640) per weight. At unit scale
+  // the 270m model mostly ignores the clip.
+  const tensors = [linear(key, 'mm.a.input_projection.weight', frameSize, textEmbd, 'F16', 4)];
   return { kv, tensors };
 }
 
@@ -301,6 +356,9 @@ export async function makeMultimodalFixtures(modelsDir) {
   const gemmaOut = path.join(modelsDir, GEMMA_MMPROJ);
   writeGguf(gemmaOut, gemma3MmprojSpec(gemmaEmbd));
   written.push(gemmaOut);
+  const gemmaAudioOut = path.join(modelsDir, GEMMA_AUDIO_MMPROJ);
+  writeGguf(gemmaAudioOut, gemma4uaMmprojSpec(gemmaEmbd));
+  written.push(gemmaAudioOut);
 
   // qwen2vl: needs the Qwen2 tokenizer from the (real) coder model
   const source = path.join(modelsDir, QWEN_TOKENIZER_SOURCE);
@@ -396,6 +454,63 @@ export function pngBytes(width, height, seed = 1) {
     pngChunk('IDAT', zlib.deflateSync(raw, { level: 9 })),
     pngChunk('IEND', Buffer.alloc(0)),
   ]);
+}
+
+// ---------------------------------------------------------------------------
+// Test audio
+
+/**
+ * The samples (Float32Array in [-1, 1]) of a seeded test clip: three tones
+ * (80-2000 Hz, random phases and amplitudes, each with its own slow tremolo),
+ * a linear chirp and white noise, faded in and out over 10 ms. Different
+ * seeds sound (and encode) clearly different.
+ */
+export function testSamples(seconds, sampleRate, seed) {
+  const n = Math.round(seconds * sampleRate);
+  const rand = mulberry32(seed ^ 0x85ebca6b);
+  const tones = Array.from({ length: 3 }, () => ({
+    f: 80 + rand() * 1920, phase: rand() * 2 * Math.PI, a: 0.1 + rand() * 0.2,
+    tf: 0.5 + rand() * 6, tphase: rand() * 2 * Math.PI,
+  }));
+  const chirp = { f0: 100 + rand() * 1900, f1: 100 + rand() * 3900, a: 0.05 + rand() * 0.15 };
+  const noise = 0.02 + rand() * 0.08;
+  const fade = Math.max(1, Math.round(0.01 * sampleRate));
+  const dur = Math.max(n, 1) / sampleRate;
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    const t = i / sampleRate;
+    let v = 0;
+    for (const o of tones) v += o.a * (0.6 + 0.4 * Math.sin(2 * Math.PI * o.tf * t + o.tphase)) * Math.sin(2 * Math.PI * o.f * t + o.phase);
+    v += chirp.a * Math.sin(2 * Math.PI * (chirp.f0 * t + 0.5 * (chirp.f1 - chirp.f0) * t * t / dur));
+    v += noise * (rand() * 2 - 1);
+    v *= Math.min(1, i / fade, (n - 1 - i) / fade);
+    out[i] = Math.max(-1, Math.min(1, v));
+  }
+  return out;
+}
+
+/** A valid 16-bit PCM mono WAV (Buffer) of `testSamples(seconds, sampleRate, seed)`. */
+export function wavBytes(seconds, sampleRate = GEMMA_AUDIO.sampleRate, seed = 1) {
+  if (!(seconds > 0) || !Number.isFinite(seconds)) throw new TypeError(`wav length ${seconds} s`);
+  if (!Number.isInteger(sampleRate) || sampleRate < 1000 || sampleRate > 384000) throw new TypeError(`wav sample rate ${sampleRate}`);
+  const x = testSamples(seconds, sampleRate, seed >>> 0);
+  const data = Buffer.alloc(x.length * 2);
+  for (let i = 0; i < x.length; i++) data.writeInt16LE(Math.max(-32768, Math.min(32767, Math.round(x[i] * 32767))), i * 2);
+  const head = Buffer.alloc(44);
+  head.write('RIFF', 0, 'latin1');
+  head.writeUInt32LE(36 + data.length, 4);
+  head.write('WAVE', 8, 'latin1');
+  head.write('fmt ', 12, 'latin1');
+  head.writeUInt32LE(16, 16); // fmt chunk size
+  head.writeUInt16LE(1, 20); // PCM
+  head.writeUInt16LE(1, 22); // mono
+  head.writeUInt32LE(sampleRate, 24);
+  head.writeUInt32LE(sampleRate * 2, 28); // byte rate
+  head.writeUInt16LE(2, 32); // block align
+  head.writeUInt16LE(16, 34); // bits per sample
+  head.write('data', 36, 'latin1');
+  head.writeUInt32LE(data.length, 40);
+  return Buffer.concat([head, data]);
 }
 
 // ---------------------------------------------------------------------------

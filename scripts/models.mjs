@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loraAdapter, ggufBytes, writeGguf, seedOf } from './gguf-write.mjs';
-import { GEMMA_MMPROJ, QWEN2VL_MMPROJ, gemma3MmprojSpec, qwen2vlMmprojSpec, QWEN2VL_TEXT_HPARAMS, makeMultimodalFixtures } from './mm-fixtures.mjs';
+import { GEMMA_MMPROJ, GEMMA_AUDIO_MMPROJ, gemma4uaMmprojSpec, QWEN2VL_MMPROJ, gemma3MmprojSpec, qwen2vlMmprojSpec, QWEN2VL_TEXT_HPARAMS, makeMultimodalFixtures } from './mm-fixtures.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
@@ -253,7 +253,9 @@ const FIXTURES = [
   // random weights for gemma-3-270m, the same bytes every run.
   {
     name: GEMMA_MMPROJ,
-    cached: () => size(path.join(MODELS, GEMMA_MMPROJ)) === ggufBytes(gemma3MmprojSpec()).length,
+    cached: () =>
+      size(path.join(MODELS, GEMMA_MMPROJ)) === ggufBytes(gemma3MmprojSpec()).length &&
+      size(path.join(MODELS, GEMMA_AUDIO_MMPROJ)) === ggufBytes(gemma4uaMmprojSpec()).length,
     make: () => makeMultimodalFixtures(MODELS),
     verb: 'made',
   },
