@@ -19,12 +19,12 @@ const CHILD = path.join(__dirname, 'fixtures', 'load-child.js')
  * Loads each file in a child process (as a LoRA adapter over `loraBase`
  * when given); a child that dies is restarted after the file it died on.
  */
-async function loadEach(files, loraBase) {
+async function loadEach(files, loraBase, extraEnv = {}) {
   const results = new Map()
   let todo = files.slice()
   while (todo.length > 0) {
     const { stdout, code, signal, stderr } = await new Promise((resolve) => {
-      const env = loraBase ? { ...process.env, LORA_BASE: loraBase } : process.env
+      const env = { ...process.env, ...(loraBase ? { LORA_BASE: loraBase } : {}), ...extraEnv }
       const child = spawn(process.execPath, [CHILD, ...todo], { stdio: ['ignore', 'pipe', 'pipe'], env })
       let stdout = ''
       let stderr = ''
@@ -125,6 +125,59 @@ describe('damaged model files', () => {
       if (!r || r.crashed !== undefined) return crashes.push(`${c.name}: ${r ? `${r.crashed} ${r.stderr}` : 'no result'}`)
       if (r.ok) return
       if (r.code !== 'MODEL_LOAD_FAILED' || !r.message.startsWith(`loras[0] ${files[i]}: `) || /no reason/.test(r.message)) {
+        unnamed.push(`${c.name}: ${r.code} ${r.message}`)
+      }
+    })
+    expect(crashes).toEqual([])
+    expect(unnamed).toEqual([])
+    expect(results.get(files[0]).ok).toBe(true)
+    for (let i = 1; i <= hostile.length; i++) expect({ name: cases[i].name, ok: results.get(files[i]).ok }).toEqual({ name: cases[i].name, ok: undefined })
+    for (const f of files) fs.rmSync(f)
+  }, 600_000)
+
+  test('damaged and hostile multimodal projectors: 0 crashes, every refusal names mmprojPath and its cause', async () => {
+    const PROJECTOR = path.join(__dirname, '..', 'models', 'gemma-3-270m.mmproj-test.gguf')
+    const g = readGguf(PROJECTOR)
+    const whole = fs.readFileSync(PROJECTOR)
+    const kv = (key) => g.kvs.find((k) => k.key === key)
+    const patched = (at, bytes) => () => {
+      const b = Buffer.from(whole)
+      Buffer.from(bytes).copy(b, at)
+      return b
+    }
+    const u32 = (v) => {
+      const b = Buffer.alloc(4)
+      b.writeUInt32LE(v)
+      return b
+    }
+    // Hostile but well-formed: a size read as u32 stored as an f32 (an
+    // assert in llama.cpp's loader), a string read as a bool, a projector
+    // of a type llama.cpp does not know, another architecture, a huge size.
+    const hostile = [
+      { name: 'image_size typed f32', write: (f) => fs.writeFileSync(f, patched(kv('clip.vision.image_size').typeAt, u32(6))()) },
+      { name: 'has_vision_encoder typed u8', write: (f) => fs.writeFileSync(f, patched(kv('clip.has_vision_encoder').typeAt, u32(0))()) },
+      { name: 'projector type unknown', write: (f) => fs.writeFileSync(f, patched(kv('clip.projector_type').valueAt + 8, 'zemma3')()) },
+      { name: 'architecture not clip', write: (f) => fs.writeFileSync(f, patched(kv('general.architecture').valueAt + 8, 'llam')()) },
+      { name: 'image_size 2^31', write: (f) => fs.writeFileSync(f, patched(kv('clip.vision.image_size').valueAt, u32(2 ** 31))()) },
+    ]
+    const projSize = matrix({ truncations: 15, flips: 45 }, { truncations: 4, flips: 8 })
+    const cases = [{ name: 'undamaged', write: (f) => fs.copyFileSync(PROJECTOR, f) }, ...hostile, ...damagedFiles(PROJECTOR, { ...projSize, seed: 5 })]
+    const files = cases.map((c, i) => {
+      const f = path.join(dir, `mmproj-${i}.gguf`)
+      c.write(f)
+      return f
+    })
+    const image = path.join(dir, 'image.png')
+    const { pngBytes } = await require('./server-helpers').importEsm(path.join(__dirname, '..', 'scripts', 'mm-fixtures.mjs'))
+    fs.writeFileSync(image, pngBytes(64, 64, 1))
+    const results = await loadEach(files, null, { MMPROJ_BASE: GEMMA, MMPROJ_IMAGE: image })
+    const crashes = []
+    const unnamed = []
+    cases.forEach((c, i) => {
+      const r = results.get(files[i])
+      if (!r || r.crashed !== undefined) return crashes.push(`${c.name}: ${r ? `${r.crashed} ${r.stderr}` : 'no result'}`)
+      if (r.ok) return
+      if (r.code !== 'MODEL_LOAD_FAILED' || !r.message.startsWith(`mmprojPath ${files[i]}: `) || /no reason/.test(r.message)) {
         unnamed.push(`${c.name}: ${r.code} ${r.message}`)
       }
     })

@@ -327,6 +327,45 @@ const PROJECTOR_KEYS: &[(&str, ValueType)] = &[
     ("general.name", ValueType::String),
 ];
 
+/// A projector's tensors as its loader trusts them: llama.cpp's projector
+/// graphs take the shapes as they are (a weight of another shape is a
+/// shape assert or a read out of bounds) and skip a weight they do not find
+/// where it is optional (a renamed one is then a null pointer). So: the
+/// tensors tile the data section in order, each where the one before it
+/// ends (how every GGUF writer lays them out; a size changed by damage
+/// leaves a gap or an overlap), and every encoder block up to the block
+/// count has its attention and feed-forward weights.
+fn check_projector_tensors(file: &GgufFile) -> Result<(), String> {
+    let align = file.alignment.max(1);
+    let mut sorted: Vec<&super::read::TensorInfo> = file.tensors.iter().collect();
+    sorted.sort_by_key(|t| t.offset);
+    let mut end = 0u64;
+    for t in &sorted {
+        if t.offset != end.div_ceil(align) * align {
+            return Err(format!("tensor {} starts at {} of the data, not where the one before it ends ({end}): damaged", t.name, t.offset));
+        }
+        end = t.offset + t.bytes;
+    }
+    let names: std::collections::HashSet<&str> = file.tensors.iter().map(|t| t.name.as_str()).collect();
+    for (prefix, modality) in [("v", "vision"), ("a", "audio")] {
+        let has_blocks = names.contains(format!("{prefix}.blk.0.attn_q.weight").as_str())
+            || names.contains(format!("{prefix}.blk.0.attn_qkv.weight").as_str());
+        if !has_blocks {
+            continue;
+        }
+        let n_layer = file.get(&format!("clip.{modality}.block_count")).and_then(Value::as_int).unwrap_or(0);
+        for i in 0..n_layer {
+            let w = |name: &str| format!("{prefix}.blk.{i}.{name}.weight");
+            let qkv = names.contains(w("attn_qkv").as_str());
+            let needed: &[&str] = if qkv { &["attn_out", "ffn_down"] } else { &["attn_q", "attn_k", "attn_v", "attn_out", "ffn_down"] };
+            if let Some(missing) = needed.iter().map(|n| w(n)).find(|n| !names.contains(n.as_str())) {
+                return Err(format!("no tensor {missing} ({modality} block {i} of {n_layer}): damaged or not a projector llama.cpp reads"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What is wrong with the multimodal projector in `file` (an `mmproj`
 /// GGUF), if anything its loader would assert on: a key of the wrong type,
 /// sizes out of range. What it merely refuses (an unknown projector type, a
@@ -348,6 +387,45 @@ pub fn check_projector(file: &GgufFile) -> Result<(), String> {
             }
         }
     }
+    // The sizes that become tensor shapes and divisors in the encoder's graph
+    // (a zero there, or a head count that does not divide the width, is a
+    // shape assert in ggml).
+    let int = |key: &str| file.get(key).and_then(Value::as_int);
+    for modality in ["vision", "audio"] {
+        let key = |name: &str| format!("clip.{modality}.{name}");
+        let Some(n_embd) = int(&key("embedding_length")) else { continue };
+        let positive = |name: &str| -> Result<Option<i128>, String> {
+            match int(&key(name)) {
+                Some(v) if v <= 0 => Err(format!("{} is {v}; it must be at least 1", key(name))),
+                v => Ok(v),
+            }
+        };
+        positive("embedding_length")?;
+        positive("feed_forward_length")?;
+        positive("projection_dim")?;
+        let n_head = positive("attention.head_count")?.unwrap_or(1);
+        let n_head_kv = positive("attention.head_count_kv")?.unwrap_or(n_head);
+        let head_dim = positive("attention.head_dim")?;
+        if head_dim.is_none() && n_embd % n_head != 0 {
+            return Err(format!("{} ({n_embd}) is not a multiple of {} ({n_head})", key("embedding_length"), key("attention.head_count")));
+        }
+        if n_head % n_head_kv != 0 {
+            return Err(format!(
+                "{} ({n_head}) is not a multiple of {} ({n_head_kv})",
+                key("attention.head_count"),
+                key("attention.head_count_kv")
+            ));
+        }
+        if modality == "vision" {
+            let patch = positive("patch_size")?.unwrap_or(1);
+            let image = positive("image_size")?.unwrap_or(patch);
+            if image < patch {
+                return Err(format!("{} ({image}) is smaller than its patch ({patch})", key("image_size")));
+            }
+            positive("projector.scale_factor")?;
+        }
+    }
+    check_projector_tensors(file)?;
     let has = |key: &str| matches!(file.get(key), Some(Value::Bool(true)));
     if !has("clip.has_vision_encoder") && !has("clip.has_audio_encoder") {
         return Err("neither clip.has_vision_encoder nor clip.has_audio_encoder: a projector of nothing this engine reads".into());
