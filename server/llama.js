@@ -60,7 +60,8 @@ function props(ctx) {
     bos_token: st.bosToken ?? '',
     eos_token: st.eosToken ?? '',
     build_info: buildInfo(),
-    modalities: { vision: false, audio: false },
+    // What the projector (--mmproj) reads, as llama.cpp's server says it.
+    modalities: { vision: st.media?.vision === true, audio: st.media?.audio === true },
     endpoint_slots: true,
     endpoint_props: false,
     endpoint_metrics: true,
