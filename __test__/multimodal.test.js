@@ -31,6 +31,8 @@ const QUESTION = 'Describe the image.'
 // mtmd-cli is built for this machine's CPU class: on a forced other
 // variant (npm run test:variant) its text is not what that variant owes.
 const againstCli = process.env.LLAMA_ENGINE_CPU_VARIANT ? test.skip : test
+// What npm test leaves to npm run test:full (which CI runs): its 10 minutes.
+const fullTest = FULL ? test : test.skip
 const trace = (r) => JSON.stringify({ content: r.content, probs: r.completion_probabilities })
 const ask = (image, extra = {}) => ({
   messages: [{ role: 'user', content: [{ type: 'image', data: image }, { type: 'text', text: QUESTION }] }],
@@ -162,7 +164,7 @@ test('speculation with an image in the prompt gives the same tokens and probabil
   }
 }, 120_000)
 
-test('the prompt cache and sessions hold with an image', async () => {
+fullTest('the prompt cache and sessions hold with an image', async () => {
   const cold = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1 })
   const file = path.join(tmp, 'image.session')
   try {
@@ -192,8 +194,7 @@ test('the prompt cache and sessions hold with an image', async () => {
   }
 }, 240_000)
 
-// (npm run test:full, which CI runs.)
-;(FULL ? test : test.skip)('process isolation and LoRA adapters hold with an image', async () => {
+fullTest('process isolation and LoRA adapters hold with an image', async () => {
   const alone = await engine.complete(ask(images[0].bytes, { cache_prompt: false }))
   // In a child process, the same bits.
   const isolated = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1, isolation: 'process' })
@@ -225,7 +226,7 @@ test('the prompt cache and sessions hold with an image', async () => {
   }
 }, 240_000)
 
-test('a full context ends an image request (never shifted through the image)', async () => {
+fullTest('a full context ends an image request (never shifted through the image)', async () => {
   const small = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 64, parallel: 1 })
   try {
     const r = await small.complete(ask(images[1].bytes, { n_predict: 200, ignore_eos: true, n_probs: 0 }))
@@ -270,7 +271,7 @@ test('damaged, hostile and mislabelled media are refused naming the part', async
   expect((await engine.complete(ask(good, { n_predict: 2 }))).tokens_predicted).toBe(2)
 })
 
-test('a path part reads the host file; the CLI takes --mmproj and --image', async () => {
+fullTest('a path part reads the host file; the CLI takes --mmproj and --image', async () => {
   const byPath = await engine.complete({
     messages: [{ role: 'user', content: [{ type: 'image', path: images[1].file }, { type: 'text', text: QUESTION }] }],
     n_predict: 16,
