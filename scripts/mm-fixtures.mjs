@@ -456,6 +456,118 @@ export function pngBytes(width, height, seed = 1) {
   ]);
 }
 
+// Baseline JPEG: YCbCr 4:4:4, one quantization table, and Huffman tables of
+// our own (any prefix code is valid baseline JPEG): the 12 DC categories
+// as 4-bit codes, the 162 AC symbols (EOB, ZRL, run/size 0-15/1-10) as
+// 8-bit codes. Larger than an optimised file, simpler to write exactly.
+const ZIGZAG = [
+  0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6, 7, 14, 21, 28,
+  35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+];
+const AC_SYMBOLS = [0x00, 0xf0];
+for (let run = 0; run < 16; run++) for (let size = 1; size <= 10; size++) AC_SYMBOLS.push((run << 4) | size);
+const JPEG_Q = 6;
+
+function jpegSegment(marker, data) {
+  const head = Buffer.from([0xff, marker, 0, 0]);
+  head.writeUInt16BE(data.length + 2, 2);
+  return Buffer.concat([head, data]);
+}
+
+/** A valid baseline JPEG (Buffer) of `testPixels(width, height, seed)`. */
+export function jpegBytes(width, height, seed = 1) {
+  if (!Number.isInteger(width) || !Number.isInteger(height) || width <= 0 || height <= 0 || width > 65535 || height > 65535) {
+    throw new TypeError(`jpeg size ${width}x${height}`);
+  }
+  const px = testPixels(width, height, seed >>> 0);
+  const plane = (c) => {
+    const out = new Float32Array(width * height);
+    for (let i = 0; i < width * height; i++) {
+      const [r, g, b] = [px[3 * i], px[3 * i + 1], px[3 * i + 2]];
+      out[i] = c === 0 ? 0.299 * r + 0.587 * g + 0.114 * b : c === 1 ? -0.168736 * r - 0.331264 * g + 0.5 * b + 128 : 0.5 * r - 0.418688 * g - 0.081312 * b + 128;
+    }
+    return out;
+  };
+  const planes = [plane(0), plane(1), plane(2)];
+  const cos = Array.from({ length: 64 }, (_, k) => Math.cos(((2 * (k % 8) + 1) * Math.floor(k / 8) * Math.PI) / 16));
+  let acc = 0, nbits = 0;
+  const bytes = [];
+  const put = (code, len) => {
+    for (let i = len - 1; i >= 0; i--) {
+      acc = (acc << 1) | ((code >>> i) & 1);
+      if (++nbits === 8) {
+        bytes.push(acc);
+        if (acc === 0xff) bytes.push(0); // stuffing
+        acc = 0;
+        nbits = 0;
+      }
+    }
+  };
+  const category = (v) => (v === 0 ? 0 : 32 - Math.clz32(Math.abs(v)));
+  const bitsOf = (v, n) => (v >= 0 ? v : v + (1 << n) - 1);
+  const pred = [0, 0, 0];
+  for (let by = 0; by < height; by += 8) {
+    for (let bx = 0; bx < width; bx += 8) {
+      for (let c = 0; c < 3; c++) {
+        const block = new Float32Array(64);
+        for (let y = 0; y < 8; y++) {
+          for (let x = 0; x < 8; x++) block[y * 8 + x] = planes[c][Math.min(height - 1, by + y) * width + Math.min(width - 1, bx + x)] - 128;
+        }
+        const q = new Int32Array(64);
+        for (let v = 0; v < 8; v++) {
+          for (let u = 0; u < 8; u++) {
+            let s = 0;
+            for (let y = 0; y < 8; y++) for (let x = 0; x < 8; x++) s += block[y * 8 + x] * cos[u * 8 + x] * cos[v * 8 + y];
+            const f = 0.25 * (u ? 1 : Math.SQRT1_2) * (v ? 1 : Math.SQRT1_2) * s;
+            q[v * 8 + u] = Math.round(f / JPEG_Q);
+          }
+        }
+        const diff = q[0] - pred[c];
+        pred[c] = q[0];
+        const dc = category(diff);
+        put(dc, 4);
+        if (dc) put(bitsOf(diff, dc), dc);
+        let run = 0;
+        for (let k = 1; k < 64; k++) {
+          const v = q[ZIGZAG[k]];
+          if (v === 0) {
+            run++;
+            continue;
+          }
+          for (; run >= 16; run -= 16) put(AC_SYMBOLS.indexOf(0xf0), 8);
+          const size = category(v);
+          put(AC_SYMBOLS.indexOf((run << 4) | size), 8);
+          put(bitsOf(v, size), size);
+          run = 0;
+        }
+        if (run) put(0, 8); // EOB
+      }
+    }
+  }
+  if (nbits) put((1 << (8 - nbits)) - 1, 8 - nbits);
+  const sof = Buffer.alloc(15);
+  sof[0] = 8;
+  sof.writeUInt16BE(height, 1);
+  sof.writeUInt16BE(width, 3);
+  sof[5] = 3;
+  for (let c = 0; c < 3; c++) sof.set([c + 1, 0x11, 0], 6 + 3 * c);
+  const dcBits = new Array(16).fill(0);
+  dcBits[3] = 12;
+  const acBits = new Array(16).fill(0);
+  acBits[7] = AC_SYMBOLS.length;
+  return Buffer.concat([
+    Buffer.from([0xff, 0xd8]),
+    jpegSegment(0xe0, Buffer.from([0x4a, 0x46, 0x49, 0x46, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0])),
+    jpegSegment(0xdb, Buffer.from([0, ...new Array(64).fill(JPEG_Q)])),
+    jpegSegment(0xc0, sof),
+    jpegSegment(0xc4, Buffer.from([0x00, ...dcBits, ...Array.from({ length: 12 }, (_, i) => i)])),
+    jpegSegment(0xc4, Buffer.from([0x10, ...acBits, ...AC_SYMBOLS])),
+    jpegSegment(0xda, Buffer.from([3, 1, 0x00, 2, 0x00, 3, 0x00, 0, 63, 0])),
+    Buffer.from(bytes),
+    Buffer.from([0xff, 0xd9]),
+  ]);
+}
+
 // ---------------------------------------------------------------------------
 // Test audio
 

@@ -14,6 +14,7 @@
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::LlamaStateSeqFlags;
 
+use llama_engine_core::cache::positions::Positions;
 use llama_engine_core::cache::state::Cells;
 use llama_engine_core::error::{EngineError, Result};
 
@@ -62,25 +63,33 @@ pub fn save(ctx: &LlamaContext, seq: i32) -> Result<Cells> {
     Cells::from_blob(&blob).map_err(|e| EngineError::internal(format!("slot {seq}: an unreadable state ({e})")))
 }
 
-/// Restores `cells` (checked: the cells of `n_tokens` tokens at positions
-/// 0..n_tokens; a sliding window padded to all of them, see
-/// `Cells::padded`) into `seq` of a context with `n_seq` slots, emptied
-/// first: cell i at position i, as computing them placed them. On failure
-/// the slot is empty and the error says why.
-pub fn restore(ctx: &mut LlamaContext, seq: i32, n_seq: i32, cells: &Cells, n_tokens: usize) -> std::result::Result<(), String> {
-    if !(0..n_seq).contains(&seq) {
-        return Err(format!("no slot {seq}"));
+/// Restores `cells` (checked: the cells of `n_tokens` tokens at `at`'s
+/// positions, 0..n_tokens without M-RoPE media; a sliding window padded to
+/// all of them, see `Cells::padded`) into `seq` of a context with `n_seq`
+/// slots, emptied first: each cell at its position, as computing them
+/// placed them. On failure the slot is empty and the error says why.
+pub fn restore(
+    ctx: &mut LlamaContext,
+    seq: i32,
+    n_seq: i32,
+    cells: &Cells,
+    n_tokens: usize,
+    at: &Positions,
+) -> std::result::Result<(), String> {
+    if !(0..n_seq).contains(&seq) || n_tokens == 0 {
+        return Err(format!("no slot {seq} or no tokens"));
     }
-    let blob = cells.padded(n_tokens)?.blob(n_seq as u32);
+    let blob = cells.padded(n_tokens, at)?.blob(n_seq as u32);
     let _ = ctx.kv_cache_seq_rm(seq, None, None);
     // SAFETY: the blob is a well-formed state (checked above), read within
     // its length; the sequence id is in range and the flags are 0.
     let ok = unsafe { ctx.state_seq_set_data_ext(&blob, seq, LlamaStateSeqFlags::empty()) };
     let (min, max) = (ctx.kv_cache_seq_pos_min(seq), ctx.kv_cache_seq_pos_max(seq));
-    if !ok || min != 0 || max != n_tokens as i32 - 1 {
+    let (lo, hi) = at.cell_range(n_tokens - 1);
+    if !ok || min != 0 || !(lo as i32..=hi as i32).contains(&max) {
         let _ = ctx.kv_cache_seq_rm(seq, None, None);
         return Err(if ok {
-            format!("its cells landed at positions {min}..={max}, not 0..{n_tokens}")
+            format!("its cells landed at positions {min}..={max}, not 0..={hi}")
         } else {
             "llama.cpp refused its cells (another layer count, head size or cache type)".into()
         });

@@ -110,35 +110,15 @@ impl std::fmt::Debug for MediaSpan {
     }
 }
 
-/// Where a prompt's tokens sit: token i at position i, except after a media
-/// chunk that spans fewer positions than it has tokens (M-RoPE: an image's
-/// tokens share their first position, the text after it goes on from its
-/// last). Cells are removed and added by position, counted by token.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Positions(Vec<(usize, usize)>);
+pub use llama_engine_core::cache::positions::Positions;
+use llama_engine_core::cache::positions::Span;
 
-impl Positions {
-    pub fn of(spans: &[MediaSpan]) -> Positions {
-        let mut deficit = 0;
-        let mut out = Vec::new();
-        for s in spans {
-            if s.chunk.n_pos < s.chunk.n_tokens {
-                deficit += s.chunk.n_tokens - s.chunk.n_pos;
-                out.push((s.end(), deficit));
-            }
-        }
-        Positions(out)
-    }
-
-    /// The position of token `i` (after every media chunk it follows).
-    pub fn pos(&self, i: usize) -> usize {
-        i - self.0.iter().rev().find(|(end, _)| *end <= i).map_or(0, |&(_, d)| d)
-    }
-
-    /// Whether every token is at its own index.
-    pub fn is_identity(&self) -> bool {
-        self.0.is_empty()
-    }
+/// Where a prompt's tokens sit, given its media chunks (`Positions`).
+pub fn positions_of(spans: &[MediaSpan]) -> Positions {
+    let spans =
+        spans.iter().map(|s| Span { start: s.start, n_tokens: s.chunk.n_tokens, n_pos: s.chunk.n_pos.clamp(1, s.chunk.n_tokens.max(1)) });
+    // Spans come from mtmd's chunks in order: always well formed.
+    Positions::new(spans).unwrap_or_default()
 }
 
 /// A prompt with media: its tokens (media as their ids) and where each media is.

@@ -41,18 +41,7 @@ impl Engine {
             let job = serde_json::from_str::<Value>(&conversation_json)
                 .map_err(|e| EngineError::invalid("conversation", format!("not valid JSON ({e})")))
                 .and_then(|conversation| engine.save_job(&path, conversation))
-                .and_then(|(request, session)| Ok((engine.tokenize_request(&request)?, request, session)))
-                .and_then(|(tokens, request, session)| {
-                    // Cells after an M-RoPE image sit at positions a session
-                    // file does not record (nor does the prompt cache keep them).
-                    if tokens.media.iter().any(|s| s.chunk.n_pos < s.chunk.n_tokens) {
-                        return Err(EngineError::invalid(
-                            "conversation",
-                            "a session of a conversation with this model's images (M-RoPE positions) cannot be saved yet",
-                        ));
-                    }
-                    Ok((tokens, request, session))
-                });
+                .and_then(|(request, session)| Ok((engine.tokenize_request(&request)?, request, session)));
             super::memory::release_after(conversation_json.len());
             match job {
                 Ok((tokens, request, session)) => {

@@ -37,8 +37,12 @@ use llama_engine_core::text::stream::TextStream;
 pub struct Slot<'m> {
     /// The llama.cpp sequence (and KV stream) of this slot.
     pub seq: i32,
-    /// Tokens whose keys and values the stream holds, at positions 0..len.
+    /// Tokens whose keys and values the stream holds, at positions 0..len
+    /// (or as `positions` says after M-RoPE media).
     pub cached: Vec<LlamaToken>,
+    /// Where the cells of `cached` sit: the positions of the prompt that
+    /// last took the slot (its first tokens are what the slot kept).
+    pub positions: crate::media::Positions,
     /// After a context shift: the first `n` cells are still what computing
     /// their tokens gives; the shifted rest is not (rotated keys).
     shifted: Option<usize>,
@@ -75,6 +79,7 @@ impl Slot<'_> {
         Slot {
             seq,
             cached: Vec::new(),
+            positions: Default::default(),
             shifted: None,
             window_from: 0,
             copy_pending: false,
@@ -295,7 +300,7 @@ impl<'m> Request<'m> {
             lora_tag: 0,
             media_encode_ms: job.encode_ms,
             media_decode_ms: 0.0,
-            positions: crate::media::Positions::of(&prompt.media),
+            positions: crate::media::positions_of(&prompt.media),
             prompt,
         }
     }

@@ -4,6 +4,7 @@
 //! one of them. Knows tokens and bytes only; the engine reads and writes
 //! the states.
 
+use super::positions::Positions;
 use super::state::Cells;
 
 /// How many last tokens a state may differ in from a newer one and still be
@@ -20,6 +21,8 @@ pub struct Entry {
     /// The LoRA adapters that computed the cells (`core::request::lora_tag`;
     /// 0: none): reused only by requests with the same.
     pub tag: u64,
+    /// Where its cells sit (M-RoPE media shift the text after them).
+    pub positions: Positions,
     used: u64,
 }
 
@@ -90,9 +93,9 @@ impl PromptCache {
     /// requests on the same prompts does not fill the cache with copies.
     /// Then the least recently used go, until it fits. A state larger than
     /// the whole cache is not kept.
-    pub fn insert(&mut self, tokens: Vec<i32>, cells: Cells, windowed: bool, tag: u64) {
+    pub fn insert(&mut self, tokens: Vec<i32>, cells: Cells, windowed: bool, tag: u64, positions: Positions) {
         self.clock += 1;
-        let entry = Entry { tokens, cells, windowed, tag, used: self.clock };
+        let entry = Entry { tokens, cells, windowed, tag, positions, used: self.clock };
         let size = entry.bytes();
         if size > self.limit || self.holds(&entry.tokens, tag) {
             return;
@@ -173,8 +176,8 @@ mod tests {
     #[test]
     fn the_longest_prefix_wins_and_hits_are_counted() {
         let mut c = PromptCache::new(1 << 20);
-        c.insert(toks(0..10), cells(10), false, 0);
-        c.insert(toks(100..120), cells(20), false, 0);
+        c.insert(toks(0..10), cells(10), false, 0, Positions::default());
+        c.insert(toks(100..120), cells(20), false, 0, Positions::default());
         assert_eq!(c.best(&toks(0..30), 0), Some((0, 10)));
         assert_eq!(c.best(&toks(100..105), 0), Some((1, 4)));
         assert_eq!(c.best(&[7], 0), None);
@@ -186,10 +189,10 @@ mod tests {
     #[test]
     fn an_extended_prompt_replaces_its_prefix_and_a_contained_one_is_not_kept_twice() {
         let mut c = PromptCache::new(1 << 20);
-        c.insert(toks(0..10), cells(10), false, 0);
-        c.insert(toks(0..20), cells(20), false, 0);
+        c.insert(toks(0..10), cells(10), false, 0, Positions::default());
+        c.insert(toks(0..20), cells(20), false, 0, Positions::default());
         assert_eq!(c.stats().entries, 1);
-        c.insert(toks(0..5), cells(5), false, 0);
+        c.insert(toks(0..5), cells(5), false, 0, Positions::default());
         assert_eq!(c.stats().entries, 1);
         assert_eq!(c.stats().bytes, c.entries[0].bytes());
     }
@@ -201,38 +204,39 @@ mod tests {
             |prompt: std::ops::Range<i32>, answer: i32| -> Vec<i32> { toks(prompt).into_iter().chain([answer, answer + 1]).collect() };
         // The same 30-token prompt answered ten ways: one entry, the newest.
         for a in 0..10 {
-            c.insert(answer(0..30, 1000 + 10 * a), cells(32), false, 0);
+            c.insert(answer(0..30, 1000 + 10 * a), cells(32), false, 0, Positions::default());
         }
         assert_eq!(c.stats().entries, 1);
         assert_eq!(c.entries[0].tokens[30], 1090);
         // A different prompt sharing less than half stays apart.
-        c.insert(toks(0..10).into_iter().chain(500..540).collect(), cells(50), false, 0);
+        c.insert(toks(0..10).into_iter().chain(500..540).collect(), cells(50), false, 0, Positions::default());
         assert_eq!(c.stats().entries, 2);
         // Two users after one long system prompt, with turns of 100 tokens:
         // both kept (recomputing a turn is not free).
         let mut c = PromptCache::new(1 << 24);
-        c.insert(toks(0..1000).into_iter().chain(2000..2100).collect(), cells(1100), false, 0);
-        c.insert(toks(0..1000).into_iter().chain(3000..3100).collect(), cells(1100), false, 0);
+        c.insert(toks(0..1000).into_iter().chain(2000..2100).collect(), cells(1100), false, 0, Positions::default());
+        c.insert(toks(0..1000).into_iter().chain(3000..3100).collect(), cells(1100), false, 0, Positions::default());
         assert_eq!(c.stats().entries, 2);
         assert_eq!(c.stats().bytes, c.entries.iter().map(Entry::bytes).sum::<usize>());
     }
 
     #[test]
     fn least_recently_used_goes_first_and_the_limit_holds() {
-        let one = Entry { tokens: toks(0..10), cells: cells(10), windowed: false, tag: 0, used: 0 }.bytes();
+        let one =
+            Entry { tokens: toks(0..10), cells: cells(10), windowed: false, tag: 0, positions: Positions::default(), used: 0 }.bytes();
         let mut c = PromptCache::new(2 * one + one / 2);
-        c.insert(toks(0..10), cells(10), false, 0);
-        c.insert(toks(100..110), cells(10), false, 0);
+        c.insert(toks(0..10), cells(10), false, 0, Positions::default());
+        c.insert(toks(100..110), cells(10), false, 0, Positions::default());
         c.hit(0); // the first is now the more recent
-        c.insert(toks(200..210), cells(10), false, 0);
+        c.insert(toks(200..210), cells(10), false, 0, Positions::default());
         assert_eq!(c.stats().entries, 2);
         assert!(c.stats().bytes <= c.stats().limit);
         assert!(c.best(&toks(0..20), 0).is_some() && c.best(&toks(100..120), 0).is_none());
         // Larger than the whole cache: not kept; off: nothing kept.
-        c.insert(toks(300..400), cells(100), false, 0);
+        c.insert(toks(300..400), cells(100), false, 0, Positions::default());
         assert!(c.best(&toks(300..400), 0).is_none());
         let mut off = PromptCache::new(0);
-        off.insert(toks(0..10), cells(10), false, 0);
+        off.insert(toks(0..10), cells(10), false, 0, Positions::default());
         assert!(!off.is_on() && off.stats().entries == 0);
     }
 
@@ -241,11 +245,11 @@ mod tests {
     #[test]
     fn adapters_keep_states_apart() {
         let mut c = PromptCache::new(1 << 20);
-        c.insert(toks(0..20), cells(20), false, 7);
+        c.insert(toks(0..20), cells(20), false, 7, Positions::default());
         assert_eq!(c.best(&toks(0..30), 0), None);
         assert_eq!(c.best(&toks(0..30), 7), Some((0, 20)));
         assert!(!c.holds(&toks(0..10), 0) && c.holds(&toks(0..10), 7));
-        c.insert(toks(0..20), cells(20), false, 0);
+        c.insert(toks(0..20), cells(20), false, 0, Positions::default());
         assert_eq!(c.stats().entries, 2);
     }
 }

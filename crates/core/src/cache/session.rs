@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
+use super::positions::{Positions, Span};
 use super::state::Cells;
 
 pub const MAGIC: &[u8; 8] = b"LLESESS\x1a";
@@ -61,6 +62,10 @@ pub struct Header {
     /// be continued from its last token.
     #[serde(default)]
     pub windowed: bool,
+    /// The media chunks that take fewer positions than tokens (M-RoPE
+    /// images): where the cells after them sit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub media_positions: Vec<Span>,
     /// `{ messages }` or `{ prompt }`, as given to `saveSession`.
     pub conversation: Value,
 }
@@ -79,6 +84,11 @@ pub struct Expect<'a> {
 }
 
 impl Session {
+    /// Where its cells sit (checked when it was read).
+    pub fn positions(&self) -> Positions {
+        Positions::new(self.header.media_positions.iter().copied()).unwrap_or_default()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let header = serde_json::to_vec(&self.header).expect("a header serialises");
         let mut out = Vec::with_capacity(40 + header.len() + 4 * self.tokens.len() + self.cells.len() + 16);
@@ -156,7 +166,14 @@ impl Session {
         if used != rest.len() {
             return Err("malformed (bytes after the KV cells)".into());
         }
-        let layout = cells.check(n).map_err(|e| format!("malformed KV cells ({e})"))?;
+        let positions = Positions::new(header.media_positions.iter().copied()).map_err(|e| format!("malformed header ({e})"))?;
+        for s in positions.spans() {
+            let run = tokens.get(s.start..s.end()).ok_or("malformed header (a media chunk past its tokens)")?;
+            if !crate::request::media::is_media_token(run[0]) || run.iter().any(|&t| t != run[0]) {
+                return Err(format!("malformed header (tokens {}..{} are not one media chunk)", s.start, s.end()));
+            }
+        }
+        let layout = cells.check(n, &positions).map_err(|e| format!("malformed KV cells ({e})"))?;
         if layout.windowed != header.windowed {
             return Err("malformed (its header and its cells disagree on a sliding window)".into());
         }
@@ -215,6 +232,7 @@ mod tests {
                 backend: "cpu".into(),
                 exact: true,
                 windowed: false,
+                media_positions: Vec::new(),
                 conversation: json!({ "messages": [{ "role": "user", "content": "hi" }] }),
             },
             tokens: (0..n as i32).collect(),
@@ -264,6 +282,25 @@ mod tests {
         let mut s = session(6);
         s.tokens[0] = 5000;
         assert!(Session::decode(&s.encode(), &expect(&m)).err().unwrap().contains("vocabulary"));
+    }
+
+    #[test]
+    fn media_positions_are_checked_against_tokens_and_cells() {
+        let m = model();
+        // Tokens 0..6 whose cells are at 0..6: a header claiming an M-RoPE
+        // image in them is refused (its tokens are not a media chunk; cells
+        // not where it says).
+        let mut s = session(6);
+        s.header.media_positions = vec![Span { start: 1, n_tokens: 3, n_pos: 1 }];
+        assert!(Session::decode(&s.encode(), &expect(&m)).err().unwrap().contains("not one media chunk"));
+        let id = crate::request::media::media_token_id("00000abc");
+        s.tokens[1..4].fill(id);
+        assert!(Session::decode(&s.encode(), &expect(&m)).err().unwrap().contains("out of place"));
+        s.header.media_positions = vec![Span { start: 4, n_tokens: 3, n_pos: 1 }];
+        assert!(Session::decode(&s.encode(), &expect(&m)).err().unwrap().contains("past its tokens"));
+        s.header.media_positions = vec![Span { start: 1, n_tokens: 3, n_pos: 3 }];
+        let back = Session::decode(&s.encode(), &expect(&m)).unwrap();
+        assert!(back.positions().is_identity());
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //! A sliding-window cache holds only the window's cells: such a state can be
 //! restored only as a whole (the window before an earlier cut is gone).
 
+use super::positions::Positions;
+
 pub const MAGIC: u32 = 0xaf14_3cd8;
 
 /// Caps that keep a hostile header from asking for absurd sizes before the
@@ -274,10 +276,11 @@ impl Cells {
         self.caches.iter().all(|(n, _)| *n == 0)
     }
 
-    /// Checks that these are the cells of `n_tokens` tokens at positions
-    /// 0..n_tokens in the first cache, and a suffix of them ending at the
-    /// same last position in any other (a sliding window).
-    pub fn check(&self, n_tokens: usize) -> Result<Layout, String> {
+    /// Checks that these are the cells of `n_tokens` tokens at `at`'s
+    /// positions (0..n_tokens without media that shrink them) in the first
+    /// cache, and a suffix of them ending at the same last position in any
+    /// other (a sliding window).
+    pub fn check(&self, n_tokens: usize, at: &Positions) -> Result<Layout, String> {
         let Some((first, _)) = self.caches.first() else { return Err("no KV cache".into()) };
         if *first as usize != n_tokens {
             return Err(format!("holds {first} cells for {n_tokens} tokens"));
@@ -293,13 +296,14 @@ impl Cells {
                 let Some(start) = n_tokens.checked_sub(positions.len()) else {
                     return Err(format!("KV cache {i}: {} cells for {n_tokens} tokens", positions.len()));
                 };
-                if positions.iter().enumerate().any(|(j, &p)| p as i64 != (start + j) as i64) {
-                    return Err(format!("KV cache {i}: cells out of place (positions must be {start}..{n_tokens} in order)"));
-                }
+                at.check_cells(&positions, n_tokens).map_err(|e| format!("KV cache {i}: {e}"))?;
                 if i == 0 && start != 0 {
                     return Err("the first KV cache does not start at position 0".into());
                 }
                 windowed |= positions.len() < n_tokens;
+            }
+            if windowed && !at.is_identity() {
+                return Err("a sliding window over media that shrink positions (not kept)".into());
             }
             Ok(Layout { n_tokens, windowed })
         })
@@ -312,8 +316,8 @@ impl Cells {
     /// the window of any later token (the window's state was written from
     /// its last one), masked exactly as the cells they stand for were: the
     /// same logits, bit for bit.
-    pub fn padded(&self, n_tokens: usize) -> Result<Cells, String> {
-        self.check(n_tokens)?;
+    pub fn padded(&self, n_tokens: usize, at: &Positions) -> Result<Cells, String> {
+        self.check(n_tokens, at)?;
         with_shape(|shape| {
             let mut caches = Vec::with_capacity(self.caches.len());
             for (cells, bytes) in &self.caches {
@@ -406,34 +410,71 @@ pub(crate) mod tests {
         out
     }
 
+    /// One stream of cells at `positions`, with M-RoPE's 12 extra bytes a cell.
+    fn mrope_blob(positions: &[i32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&MAGIC.to_le_bytes());
+        out.extend_from_slice(&0i32.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&(positions.len() as u32).to_le_bytes());
+        for &p in positions {
+            out.extend_from_slice(&p.to_le_bytes());
+            out.extend_from_slice(&1u32.to_le_bytes());
+            out.extend_from_slice(&[7u8; 12]);
+            out.extend_from_slice(&0i32.to_le_bytes());
+        }
+        for x in [0u32, 1, 0, 0] {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        out.extend_from_slice(&1i32.to_le_bytes());
+        out.extend_from_slice(&4u64.to_le_bytes());
+        out.extend(std::iter::repeat_n(3u8, 4 * positions.len()));
+        out.extend_from_slice(&1i32.to_le_bytes());
+        out.extend_from_slice(&4u64.to_le_bytes());
+        out.extend(std::iter::repeat_n(4u8, 4 * positions.len()));
+        out
+    }
+
+    #[test]
+    fn cells_after_an_mrope_image_are_checked_at_its_positions() {
+        use crate::cache::positions::Span;
+        let image = Positions::new([Span { start: 2, n_tokens: 4, n_pos: 2 }]).unwrap();
+        let cells = Cells::from_blob(&mrope_blob(&[0, 1, 2, 2, 2, 2, 4, 5])).unwrap();
+        assert_eq!(cells.check(8, &image).unwrap(), Layout { n_tokens: 8, windowed: false });
+        assert!(cells.check(8, &Positions::default()).is_err(), "not 0..8");
+        assert_eq!(cells.padded(8, &image).unwrap(), cells);
+        let plain = Cells::from_blob(&mrope_blob(&[0, 1, 2, 3, 4, 5, 6, 7])).unwrap();
+        assert!(plain.check(8, &image).is_err(), "text after the image at its own index");
+    }
+
     #[test]
     fn cells_come_out_of_any_stream_and_go_back_for_any_number_of_slots() {
         let blob = fake_blob(5, 2, 4, None);
         let cells = Cells::from_blob(&blob).unwrap();
         assert_eq!(cells.caches.len(), 1);
-        assert_eq!(cells.check(5).unwrap(), Layout { n_tokens: 5, windowed: false });
+        assert_eq!(cells.check(5, &Positions::default()).unwrap(), Layout { n_tokens: 5, windowed: false });
         // Back into stream 0 of a 4-slot context: the same cells, stream 0.
         let again = Cells::from_blob(&cells.blob(4)).unwrap();
         assert_eq!(again, cells);
         assert_eq!(Cells::from_blob(&cells.blob(1)).unwrap(), cells);
         // The slot a state was saved from does not matter.
-        assert_eq!(Cells::from_blob(&fake_blob(5, 0, 1, None)).unwrap().check(5).unwrap().n_tokens, 5);
+        assert_eq!(Cells::from_blob(&fake_blob(5, 0, 1, None)).unwrap().check(5, &Positions::default()).unwrap().n_tokens, 5);
     }
 
     #[test]
     fn a_sliding_window_cache_is_a_suffix() {
         let cells = Cells::from_blob(&fake_blob(9, 1, 2, Some(4))).unwrap();
         assert_eq!(cells.caches.len(), 2);
-        assert_eq!(cells.check(9).unwrap(), Layout { n_tokens: 9, windowed: true });
+        assert_eq!(cells.check(9, &Positions::default()).unwrap(), Layout { n_tokens: 9, windowed: true });
         let whole = Cells::from_blob(&fake_blob(3, 1, 2, Some(4))).unwrap();
-        assert_eq!(whole.check(3).unwrap(), Layout { n_tokens: 3, windowed: false });
+        assert_eq!(whole.check(3, &Positions::default()).unwrap(), Layout { n_tokens: 3, windowed: false });
     }
 
     #[test]
     fn a_window_is_padded_to_every_position_with_zero_cells() {
         let cells = Cells::from_blob(&fake_blob(9, 1, 2, Some(4))).unwrap();
-        let padded = cells.padded(9).unwrap();
-        assert_eq!(padded.check(9).unwrap(), Layout { n_tokens: 9, windowed: false });
+        let padded = cells.padded(9, &Positions::default()).unwrap();
+        assert_eq!(padded.check(9, &Positions::default()).unwrap(), Layout { n_tokens: 9, windowed: false });
         assert_eq!(padded.caches[0], cells.caches[0]);
         // The padded window is what a 9-cell cache would be, with zeros for
         // the 5 cells it stands in for: K rows 1, 2 and V rows 10, 11 of
@@ -457,7 +498,7 @@ pub(crate) mod tests {
         assert_eq!(bytes, &want);
         // Whole states are left as they are.
         let whole = Cells::from_blob(&fake_blob(3, 0, 1, Some(4))).unwrap();
-        assert_eq!(whole.padded(3).unwrap(), whole);
+        assert_eq!(whole.padded(3, &Positions::default()).unwrap(), whole);
     }
 
     #[test]
@@ -474,7 +515,7 @@ pub(crate) mod tests {
     fn anything_malformed_is_refused_never_misread() {
         let blob = fake_blob(6, 1, 2, Some(3));
         let cells = Cells::from_blob(&blob).unwrap();
-        assert!(cells.check(5).is_err(), "another token count");
+        assert!(cells.check(5, &Positions::default()).is_err(), "another token count");
         // Every truncation of the blob and of the kept bytes.
         // (A cut between two caches leaves a shorter well-formed state: the
         // caller knows how many caches its context has.)
@@ -488,13 +529,13 @@ pub(crate) mod tests {
         cells.write_to(&mut kept);
         for n in 0..kept.len() {
             if let Ok((c, _)) = Cells::read_from(&kept[..n]) {
-                assert!(c.check(6).is_err(), "kept bytes cut at {n} still checked");
+                assert!(c.check(6, &Positions::default()).is_err(), "kept bytes cut at {n} still checked");
             }
         }
         // Positions out of order, a cell shared by two sequences.
         let mut moved = blob.clone();
         moved[8 + 4 + 4 + 4 + 12] = 9; // second cell's position (magic, seq, n_stream, two counts, a cell)
-        assert!(Cells::from_blob(&moved).and_then(|c| c.check(6)).is_err());
+        assert!(Cells::from_blob(&moved).and_then(|c| c.check(6, &Positions::default())).is_err());
         let mut shared = blob.clone();
         shared[8 + 4 + 4 + 4 + 4] = 2; // first cell's n_seq_id
         assert!(Cells::from_blob(&shared).is_err());
@@ -509,7 +550,7 @@ pub(crate) mod tests {
                 b[at] ^= 1 << ((rng >> 20) % 8);
             }
             if let Ok(c) = Cells::from_blob(&b) {
-                let _ = c.check(6);
+                let _ = c.check(6, &Positions::default());
             }
         }
     }

@@ -243,7 +243,7 @@ impl<'m> Worker<'m> {
                 EngineError::invalid("lora", "a session is saved from cells without LoRA adapters: save it with a request that uses none");
             return job.sink.finish(Err(e));
         }
-        let positions = crate::media::Positions::of(&p.prompt.media);
+        let positions = crate::media::positions_of(&p.prompt.media);
         let Some((i, start)) = self.place(&p.prompt.tokens, &positions, job.request.cache_prompt, tag) else { return };
         let chain = self.chain(&job.request, &p.drafters, i, p.sampler.is_greedy(), p.sampler.seed(), p.constraint.clone());
         let (n_past, wait) = match start {

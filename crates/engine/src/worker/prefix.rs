@@ -4,9 +4,10 @@
 //! prefix shared by many requests is computed once. What a slot held before
 //! it is overwritten goes to the prompt cache.
 //!
-//! Every reuse is exact: slots keep cell i at position i (a context shift
-//! ends that for the shifted part, which is never reused), copies keep the
-//! cell layout, restores fill an emptied stream from cell 0, and the batch
+//! Every reuse is exact: slots keep cell i at position i (or where M-RoPE
+//! media put it; a context shift ends that for the shifted part, which is
+//! never reused), copies keep the cell layout, restores fill an emptied
+//! stream from cell 0 at the positions the state was saved with, and the batch
 //! invariance the engine checks at load makes a cell the same whichever
 //! batch computed it.
 
@@ -133,8 +134,10 @@ impl Worker<'_> {
         // again on the cache as it is.
         let (n, source) = if matches!(source, Source::Cache(_)) { self.best_source(target, prompt, tag) } else { (n, source) };
         // From here its cells are this request's adapters' (those it keeps
-        // were computed with them too, or it keeps none).
+        // were computed with them too, or it keeps none), at its positions
+        // (those it keeps are a prefix of its tokens, placed as they are).
         self.slots[target].lora_tag = tag;
+        self.slots[target].positions = positions.clone();
         let seq = self.slots[target].seq;
         let n_seq = self.slots.len() as i32;
         let done = match source {
@@ -155,7 +158,7 @@ impl Worker<'_> {
                 let entry = self.prompt_cache.hit(e);
                 let (len, held) = (entry.tokens.len(), entry.tokens[..n].iter().map(|&t| LlamaToken(t)).collect::<Vec<_>>());
                 let window_from = if entry.windowed { len } else { 0 };
-                match kv::restore(&mut self.ctx, seq, n_seq, &entry.cells, len) {
+                match kv::restore(&mut self.ctx, seq, n_seq, &entry.cells, len, &entry.positions) {
                     Ok(()) => kv::keep(&mut self.ctx, seq, positions.pos(n)).map(|_| {
                         self.slots[target].hold(&held, window_from);
                         n
@@ -195,10 +198,11 @@ impl Worker<'_> {
         if self.prompt_cache.holds(&tokens, tag) {
             return;
         }
+        let positions = slot.positions.prefix(n);
         let Ok(cells) = kv::save(&self.ctx, slot.seq) else { return };
-        if let Ok(layout) = cells.check(n) {
+        if let Ok(layout) = cells.check(n, &positions) {
             let held = self.prompt_cache.stats().bytes + cells.len();
-            self.prompt_cache.insert(tokens, cells, layout.windowed, tag);
+            self.prompt_cache.insert(tokens, cells, layout.windowed, tag, positions);
             // States it replaced or pushed out are megabytes each: give them back.
             crate::memory::release_after(held.saturating_sub(self.prompt_cache.stats().bytes));
         }

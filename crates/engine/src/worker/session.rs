@@ -56,7 +56,8 @@ impl Worker<'_> {
             Ok(c) => c,
             Err(e) => return r.reply(Err(e)),
         };
-        let windowed = match cells.check(n) {
+        let positions = slot.positions.prefix(n);
+        let windowed = match cells.check(n, &positions) {
             Ok(layout) => layout.windowed,
             Err(e) => return r.reply(Err(EngineError::internal(format!("the slot's state does not read back: {e}")))),
         };
@@ -68,6 +69,7 @@ impl Worker<'_> {
             backend: self.models.info.compute_id.clone(),
             exact,
             windowed,
+            media_positions: positions.spans().to_vec(),
             conversation: conversation.clone(),
         };
         let session = Session { header, tokens: slot.cached.iter().map(|t| t.0).collect(), cells };
@@ -96,13 +98,14 @@ impl Worker<'_> {
     /// goes to the prompt cache first) and answers.
     pub(super) fn load_session(&mut self, job: Job, session: Session) {
         let tokens: Vec<LlamaToken> = session.tokens.iter().map(|&t| LlamaToken(t)).collect();
-        let Some((i, Start::Ready(_))) = self.place(&tokens, &crate::media::Positions::default(), false, 0) else {
+        let positions = session.positions();
+        let Some((i, Start::Ready(_))) = self.place(&tokens, &positions, false, 0) else {
             self.shared.request_ended(job.id);
             return job.sink.reply(Err(EngineError::internal("no free slot for the session")));
         };
         let seq = self.slots[i].seq;
         let n_seq = self.slots.len() as i32;
-        let outcome = match kv::restore(&mut self.ctx, seq, n_seq, &session.cells, tokens.len()) {
+        let outcome = match kv::restore(&mut self.ctx, seq, n_seq, &session.cells, tokens.len(), &positions) {
             Ok(()) => {
                 self.slots[i].hold(&tokens, if session.header.windowed { tokens.len() } else { 0 });
                 let h = &session.header;
