@@ -274,6 +274,9 @@ export interface ChatInputAudioPart {
 
 export type ChatContentPart = ChatTextPart | ChatMediaPart | ChatImageUrlPart | ChatInputAudioPart
 
+/** One input of `embed()`: text, token ids, or content parts (text, images, audio). */
+export type EmbedInput = string | number[] | Int32Array | ChatContentPart[]
+
 /**
  * One message of a conversation (OpenAI's shape). `role` is usually
  * "system", "user", "assistant" or "tool"; other roles go to the template,
@@ -759,16 +762,21 @@ export declare class LlamaEngine {
    */
   loadSession(path: string): Promise<LoadedSession>
   /**
-   * Embeddings of a string, strings, token ids or arrays of token ids:
-   * computed on the engine thread in a context of their own, a chunk at a
-   * time between decoding steps (running requests keep streaming). Each
-   * input is computed alone, so its vector is the same, bit for bit,
-   * whatever is beside it. Text gets the model's BOS/EOS as
-   * `tokenize(text, { addBos: true })` adds them; token arrays are used as given. Empty inputs, ids outside
-   * the vocabulary and (without `truncate`) inputs over `contextSize`
-   * tokens reject with `INVALID_REQUEST` naming the input (`input[1]`).
+   * Embeddings of a string, token ids, content parts (text with images or
+   * audio, as a message's content; the engine needs `mmprojPath`) or an
+   * array of those: computed on the engine thread in a context of their
+   * own, a chunk (or one image) at a time between decoding steps (running
+   * requests keep streaming). Each input is computed alone, so its vector
+   * is the same, bit for bit, whatever is beside it. Text gets the model's
+   * BOS/EOS as `tokenize(text, { addBos: true })` adds them; token arrays
+   * are used as given. An image or clip reaches the vector through the text
+   * after it (its own rows are not pooled, as in llama.cpp's server): end
+   * an input with text. Empty inputs, ids outside the vocabulary, bad media
+   * and (without `truncate`; an input with media is never cut) inputs over
+   * `contextSize` tokens reject with `INVALID_REQUEST` naming the input
+   * (`input[1]`).
    */
-  embed(input: string | string[] | number[] | number[][], options?: EmbedOptions): Promise<EmbedResult>
+  embed(input: EmbedInput | EmbedInput[], options?: EmbedOptions): Promise<EmbedResult>
   /** Frees models and contexts now, not at GC. */
   dispose(): Promise<void>
 }

@@ -168,6 +168,78 @@ test('speculation with an image in the prompt gives the same tokens and probabil
   }
 }, 120_000)
 
+fullTest('the draft model drafts the text around an image: the same tokens and probabilities as off', async () => {
+  // gemma-3-270m Q2_K drafts for the Q4_K_M target (one vocabulary); it reads
+  // the conversation without the image, the target verifies.
+  const drafted = await LlamaEngine.load({
+    modelPath: GEMMA,
+    draftModelPath: model('gemma-3-270m.Q2_K.gguf'),
+    mmprojPath: MMPROJ,
+    chatTemplate: GEMMA_TEMPLATE,
+    contextSize: 512,
+    parallel: 2,
+  })
+  try {
+    const off = await drafted.complete(ask(images[0].bytes, { n_predict: 24, speculative: { mode: 'off' } }))
+    for (const speculative of [
+      { mode: 'draft', adaptive: false, n_max: 4, p_min: 0 },
+      { mode: 'draft', adaptive: false, n_max: 6, n_parallel: 3, p_split: 0.05, p_min: 0 },
+    ]) {
+      const r = await drafted.complete(ask(images[0].bytes, { n_predict: 24, speculative }))
+      expect(trace(r)).toBe(trace(off))
+      expect(r.speculative.n_drafted).toBeGreaterThan(0)
+    }
+    // Beside a text request that drafts too: each the same as alone.
+    const text = { messages: [{ role: 'user', content: 'Name three colours.' }], n_predict: 24, temperature: 0, n_probs: 3 }
+    const textAlone = trace(await drafted.complete({ ...text, speculative: { mode: 'off' } }))
+    const [a, b] = await Promise.all([
+      drafted.complete(ask(images[0].bytes, { n_predict: 24, speculative: { mode: 'draft', adaptive: false, n_max: 4, p_min: 0 } })),
+      drafted.complete({ ...text, speculative: { mode: 'draft', adaptive: false, n_max: 4, p_min: 0 } }),
+    ])
+    expect(trace(a)).toBe(trace(off))
+    expect(trace(b)).toBe(textAlone)
+  } finally {
+    await drafted.dispose()
+  }
+}, 180_000)
+
+test('embed() of text with an image: its own vector, the same bits alone, beside others and from a file', async () => {
+  const parts = (image, text = 'A picture of shapes.') => [{ type: 'image', data: image }, { type: 'text', text }]
+  const one = await engine.embed(parts(images[0].bytes))
+  expect(one.embeddings).toHaveLength(1)
+  const v = one.embeddings[0]
+  expect(v.length).toBe(engine.status().embeddingSize)
+  expect(v.every(Number.isFinite)).toBe(true)
+  const textOnly = await engine.embed('A picture of shapes.')
+  // The image's 16 tokens count; the vector is not the text's.
+  expect(one.tokens).toBeGreaterThanOrEqual(textOnly.tokens + 16)
+  expect(Buffer.from(v.buffer).equals(Buffer.from(textOnly.embeddings[0].buffer))).toBe(false)
+  // Another image, another vector.
+  const other = (await engine.embed(parts(images[1].bytes))).embeddings[0]
+  expect(Buffer.from(other.buffer).equals(Buffer.from(v.buffer))).toBe(false)
+  // In a list beside text and another image, while a completion streams, and by path: the same bits.
+  const [listed, , byPath] = await Promise.all([
+    engine.embed(['Some text first.', parts(images[1].bytes), parts(images[0].bytes)]),
+    engine.complete({ prompt: 'Once upon a time', n_predict: 24, temperature: 0 }),
+    engine.embed([{ type: 'image', path: images[0].file }, { type: 'text', text: 'A picture of shapes.' }]),
+  ])
+  expect(Buffer.from(listed.embeddings[2].buffer).equals(Buffer.from(v.buffer))).toBe(true)
+  expect(Buffer.from(listed.embeddings[1].buffer).equals(Buffer.from(other.buffer))).toBe(true)
+  expect(Buffer.from(byPath.embeddings[0].buffer).equals(Buffer.from(v.buffer))).toBe(true)
+  // Refused by name: a damaged image, and media for a text-only engine.
+  const bad = await engine.embed(['fine', [{ type: 'image', data: images[0].bytes.subarray(0, 40) }, { type: 'text', text: 'x' }]]).catch((e) => e)
+  expect(bad.code).toBe('INVALID_REQUEST')
+  expect(bad.message).toMatch(/^input\[1\]\[0\]/)
+  const plain = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 256, parallel: 1 })
+  try {
+    const e = await plain.embed(parts(images[0].bytes)).catch((err) => err)
+    expect(e.code).toBe('INVALID_REQUEST')
+    expect(e.message).toMatch(/^input: .*mmprojPath/)
+  } finally {
+    await plain.dispose()
+  }
+}, 120_000)
+
 fullTest('the prompt cache and sessions hold with an image', async () => {
   const cold = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1 })
   const file = path.join(tmp, 'image.session')
@@ -496,7 +568,16 @@ const CHATML =
     expect(trace(spec)).toBe(alone)
   }, 120_000)
 
-  test('the prompt cache and sessions keep the cells at their M-RoPE positions', async () => {
+  test('embed() with an M-RoPE image: the same bits alone and beside another input', async () => {
+    const parts = [{ type: 'image', data: png(96, 64, 6) }, { type: 'text', text: 'What is this?' }]
+    const alone = (await qwen.embed(parts)).embeddings[0]
+    const listed = await qwen.embed(['A text first.', parts])
+    expect(Buffer.from(listed.embeddings[1].buffer).equals(Buffer.from(alone.buffer))).toBe(true)
+    const other = (await qwen.embed([{ type: 'image', data: png(64, 96, 6) }, parts[1]])).embeddings[0]
+    expect(Buffer.from(other.buffer).equals(Buffer.from(alone.buffer))).toBe(false)
+  }, 120_000)
+
+  fullTest('the prompt cache and sessions keep the cells at their M-RoPE positions', async () => {
     const image = png(96, 64, 5)
     const cold = await LlamaEngine.load({ modelPath: QWEN, mmprojPath: QWEN_MMPROJ, chatTemplate: CHATML, contextSize: 1024, parallel: 1 })
     const file = path.join(tmp, 'qwen.session')

@@ -12,7 +12,7 @@ const { setupGpu } = require('./addon/gpu.js')
 const { isRemoteModel } = require('./models/resolve.js')
 const { resolveModel } = require('./models/index.js')
 const { engineError, coded } = require('./errors.js')
-const { floats, replacer, requestJson, checkSignal, sliced, checkTokens, templateRequest } = require('./wire.js')
+const { floats, replacer, requestJson, embedInputWithFiles, checkSignal, sliced, checkTokens, templateRequest } = require('./wire.js')
 const { eventStream } = require('./stream.js')
 
 const { NativeEngine, NativeVocab } = binding
@@ -362,9 +362,10 @@ class LlamaEngine {
   }
 
   /**
-   * Embeddings of a string, strings, token ids or arrays of token ids,
-   * computed on the engine thread beside running requests. Resolves with
-   * `{ embeddings: Float32Array[], tokens }`.
+   * Embeddings of a string, token ids, content parts (text with images or
+   * audio, as a message's content, with `mmprojPath`) or an array of
+   * those, computed on the engine thread beside running requests. Resolves
+   * with `{ embeddings: Float32Array[], tokens }`.
    */
   embed(input, options) {
     return this.#sessionJob(() => {
@@ -372,7 +373,7 @@ class LlamaEngine {
         throw engineError('INVALID_REQUEST', 'options: expected { normalize?, truncate? }')
       }
       const plain = (v) => (ArrayBuffer.isView(v) ? Array.from(v) : v)
-      const given = plain(input)
+      const given = embedInputWithFiles(plain(input))
       const request = {
         input: Array.isArray(given) ? given.map(plain) : given,
         normalize: options?.normalize,
@@ -380,7 +381,8 @@ class LlamaEngine {
       }
       let json
       try {
-        json = JSON.stringify(request)
+        // (A media part's bytes travel as base64.)
+        json = JSON.stringify(request, replacer)
       } catch (e) {
         throw engineError('INVALID_REQUEST', `input: cannot be serialised (${e.message})`)
       }

@@ -37,28 +37,40 @@ const MAX_MEDIA_FILE = 20 * 1024 * 1024
 // with their bytes read in.
 function withMediaFiles(request) {
   if (!request || typeof request !== 'object' || !Array.isArray(request.messages)) return request
-  const named = (p) => p && typeof p === 'object' && (p.type === 'image' || p.type === 'audio') && p.path != null && p.data == null
-  if (!request.messages.some((m) => m && Array.isArray(m.content) && m.content.some(named))) return request
-  const fs = require('node:fs')
-  const messages = request.messages.map((m, i) => {
-    if (!m || !Array.isArray(m.content) || !m.content.some(named)) return m
-    const content = m.content.map((p, j) => {
-      if (!named(p)) return p
-      const at = `messages[${i}].content[${j}].path`
-      if (typeof p.path !== 'string' || p.path === '') throw engineError('INVALID_REQUEST', `${at}: expected a file path`)
-      let size
-      try {
-        size = fs.statSync(p.path).size
-      } catch (e) {
-        throw engineError('INVALID_REQUEST', `${at}: cannot read ${p.path} (${e.code || e.message})`)
-      }
-      if (size > MAX_MEDIA_FILE) throw engineError('INVALID_REQUEST', `${at}: ${size} bytes; at most 20 MiB per media file`)
-      const { path, ...rest } = p
-      return { ...rest, data: fs.readFileSync(path) }
-    })
-    return { ...m, content }
-  })
+  if (!request.messages.some((m) => m && Array.isArray(m.content) && m.content.some(namedFile))) return request
+  const messages = request.messages.map((m, i) =>
+    m && Array.isArray(m.content) && m.content.some(namedFile) ? { ...m, content: readPartFiles(m.content, `messages[${i}].content`) } : m,
+  )
   return { ...request, messages }
+}
+
+const namedFile = (p) => p && typeof p === 'object' && (p.type === 'image' || p.type === 'audio') && p.path != null && p.data == null
+
+// Content parts with the files their `path`s name read into `data`.
+function readPartFiles(content, at) {
+  const fs = require('node:fs')
+  return content.map((p, j) => {
+    if (!namedFile(p)) return p
+    const here = `${at}[${j}].path`
+    if (typeof p.path !== 'string' || p.path === '') throw engineError('INVALID_REQUEST', `${here}: expected a file path`)
+    let size
+    try {
+      size = fs.statSync(p.path).size
+    } catch (e) {
+      throw engineError('INVALID_REQUEST', `${here}: cannot read ${p.path} (${e.code || e.message})`)
+    }
+    if (size > MAX_MEDIA_FILE) throw engineError('INVALID_REQUEST', `${here}: ${size} bytes; at most 20 MiB per media file`)
+    const { path, ...rest } = p
+    return { ...rest, data: fs.readFileSync(path) }
+  })
+}
+
+// An embed() input (content parts, or a list with some) with its parts'
+// files read in, as for messages.
+function embedInputWithFiles(input) {
+  if (!Array.isArray(input)) return input
+  if (input.some(namedFile)) return readPartFiles(input, 'input')
+  return input.map((x, i) => (Array.isArray(x) && x.some(namedFile) ? readPartFiles(x, `input[${i}]`) : x))
 }
 
 function requestJson(request) {
@@ -132,4 +144,4 @@ function templateRequest(messages, options) {
   }
 }
 
-module.exports = { floats, replacer, requestJson, checkSignal, sliced, checkTokens, templateRequest }
+module.exports = { floats, replacer, requestJson, embedInputWithFiles, checkSignal, sliced, checkTokens, templateRequest }

@@ -278,7 +278,7 @@ impl NativeEngine {
             let prepared = parse_json(&request_json, "input").and_then(|v| engine.prepare_embed(&v));
             llama_engine_runtime::memory::release_after(request_json.len());
             match prepared {
-                Ok((inputs, normalize)) => engine.submit_embed(inputs, normalize, sink),
+                Ok(job) => engine.submit_embed(job, sink),
                 Err(e) => sink.reply(Err(e)),
             }
         });

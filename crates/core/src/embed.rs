@@ -9,7 +9,9 @@
 
 use serde_json::Value;
 
+use crate::chat::messages::text_parts;
 use crate::error::{EngineError, Result};
+use crate::request::media::MediaInput;
 
 /// Inputs per `embed()` call, at most (OpenAI's embeddings API allows 2,048).
 pub const MAX_INPUTS: usize = 2048;
@@ -61,6 +63,18 @@ impl Pooling {
 pub enum EmbedInput {
     Text(String),
     Tokens(Vec<i32>),
+    /// Content parts (text, images, audio: a chat message's parts): their
+    /// text with each media part as `MEDIA_MARKER`, and the media in order.
+    Parts(String, Vec<MediaInput>),
+}
+
+impl EmbedInput {
+    pub fn media(&self) -> &[MediaInput] {
+        match self {
+            EmbedInput::Parts(_, media) => media,
+            _ => &[],
+        }
+    }
 }
 
 /// A checked `embed(input, options)` call.
@@ -74,9 +88,10 @@ pub struct EmbedRequest {
     pub truncate: bool,
 }
 
-/// Parses `{ input, normalize?, truncate? }`: `input` is a string, an array
-/// of strings, an array of token ids or an array of those; nothing empty,
-/// token ids in `0..n_vocab`.
+/// Parses `{ input, normalize?, truncate? }`: `input` is a string, token
+/// ids, content parts (a chat message's: text, images, audio) or an array
+/// of those; nothing empty, token ids in `0..n_vocab`, media checked as in
+/// messages (`request::media`), at most `MAX_MEDIA_PARTS` in a call.
 pub fn parse_embed_request(value: &Value, n_vocab: i32) -> Result<EmbedRequest> {
     let obj = value.as_object().ok_or_else(|| EngineError::invalid("options", "expected an object"))?;
     let flag = |name: &str, default: bool| match obj.get(name) {
@@ -86,12 +101,15 @@ pub fn parse_embed_request(value: &Value, n_vocab: i32) -> Result<EmbedRequest> 
     };
     let normalize = flag("normalize", true)?;
     let truncate = flag("truncate", false)?;
-    const SHAPE: &str = "expected a string, an array of strings, an array of token ids or an array of those";
+    const SHAPE: &str = "expected a string, token ids, content parts ({ type: 'text' | 'image' | 'audio', … }) or an array of those";
     let input = obj.get("input").ok_or_else(|| EngineError::invalid("input", format!("required: {SHAPE}")))?;
+    // Images and audio in the whole call, at most MAX_MEDIA_PARTS.
+    let mut n_media = 0;
     let (inputs, single) = match input {
         Value::String(s) => (vec![text("input", s)?], true),
         Value::Array(items) if items.is_empty() => return Err(EngineError::invalid("input", format!("is empty: {SHAPE}"))),
         Value::Array(items) if items.iter().all(Value::is_number) => (vec![tokens("input", items, n_vocab)?], true),
+        Value::Array(items) if items.iter().all(Value::is_object) => (vec![parts("input", items, &mut n_media)?], true),
         Value::Array(items) => {
             if items.len() > MAX_INPUTS {
                 return Err(EngineError::invalid("input", format!("{} inputs; at most {MAX_INPUTS} per call", items.len())));
@@ -103,8 +121,11 @@ pub fn parse_embed_request(value: &Value, n_vocab: i32) -> Result<EmbedRequest> 
                     let field = format!("input[{i}]");
                     match item {
                         Value::String(s) => text(&field, s),
+                        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_object) => {
+                            parts(&field, items, &mut n_media)
+                        }
                         Value::Array(ids) => tokens(&field, ids, n_vocab),
-                        _ => Err(EngineError::invalid(&field, "expected a string or an array of token ids")),
+                        _ => Err(EngineError::invalid(&field, "expected a string, token ids or content parts")),
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -113,6 +134,16 @@ pub fn parse_embed_request(value: &Value, n_vocab: i32) -> Result<EmbedRequest> 
         _ => return Err(EngineError::invalid("input", SHAPE)),
     };
     Ok(EmbedRequest { inputs, single, normalize, truncate })
+}
+
+/// Content parts, as a chat message's: text and media.
+fn parts(field: &str, items: &[Value], n_media: &mut usize) -> Result<EmbedInput> {
+    let mut media = Vec::new();
+    let text = text_parts(items, field, &mut media, n_media)?;
+    if text.is_empty() {
+        return Err(EngineError::invalid(field, "is empty"));
+    }
+    Ok(if media.is_empty() { EmbedInput::Text(text) } else { EmbedInput::Parts(text, media) })
 }
 
 fn text(field: &str, s: &str) -> Result<EmbedInput> {
@@ -270,6 +301,33 @@ mod tests {
         assert_eq!(r.inputs, vec![EmbedInput::Text("a".into()), EmbedInput::Tokens(vec![4, 5])]);
         assert!(!r.single && r.truncate);
         assert_eq!(r.field(1), "input[1]");
+    }
+
+    #[test]
+    fn content_parts_with_images() {
+        // A 1 x 1 PNG header is enough for the checks.
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAAA=";
+        let image = json!({ "type": "image", "data": png });
+        let r = parse_embed_request(&json!({ "input": [{ "type": "text", "text": "a cat: " }, image] }), 100).unwrap();
+        assert!(r.single);
+        match &r.inputs[0] {
+            EmbedInput::Parts(text, media) => {
+                assert_eq!(text, &format!("a cat: {}", crate::request::media::MEDIA_MARKER));
+                assert_eq!(media.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Parts without media are text; a list mixes shapes.
+        let r = parse_embed_request(&json!({ "input": [[{ "type": "text", "text": "x" }], "y", [image.clone()]] }), 100).unwrap();
+        assert_eq!(r.inputs[0], EmbedInput::Text("x".into()));
+        assert_eq!(r.inputs[2].media().len(), 1);
+        assert_eq!(field_of(json!({ "input": [{ "type": "image", "data": "bm90IGFuIGltYWdl" }] })), "input[0]");
+        assert_eq!(
+            field_of(json!({ "input": ["a", [{ "type": "text", "text": crate::request::media::MEDIA_MARKER }]] })),
+            "input[1][0].text"
+        );
+        let many: Vec<Value> = (0..9).map(|_| json!([image.clone(), image.clone()])).collect();
+        assert!(field_of(json!({ "input": many })).starts_with("input[8]"));
     }
 
     #[test]

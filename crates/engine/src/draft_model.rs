@@ -375,13 +375,16 @@ impl Drafter for ModelDrafter<'_> {
     }
 
     fn draft(&mut self, history: &[i32], n_max: usize, position: usize) -> Option<Draft> {
+        let history = text_only(history);
         if n_max == 0 || history.is_empty() {
             return None;
         }
         if self.settings.n_parallel > 1 {
-            self.tree(history, n_max)
+            self.tree(&history, n_max)
         } else {
-            self.chain(history, n_max, position)
+            // (`position` is the target's: the sampling noise of the
+            // position the draft continues.)
+            self.chain(&history, n_max, position)
         }
     }
 
@@ -397,11 +400,23 @@ impl Drafter for ModelDrafter<'_> {
     /// tokens produced while the draft model was not drafting).
     fn setup_ms(&self, history: &[i32]) -> f64 {
         let cx = self.cx.borrow();
-        let behind = cx.behind(self.seq, history);
+        let behind = cx.behind(self.seq, &text_only(history));
         if behind <= SMALL_CATCH_UP {
             return 0.0;
         }
         behind as f64 * cx.prefill_ms.or(cx.step_ms).unwrap_or(0.0)
+    }
+}
+
+/// The draft model reads text only: a history without its media tokens (an
+/// image's or a clip's, `media::is_media_token`), the text around them in
+/// order. It drafts from what the conversation says; the target, which
+/// read the media, verifies, so the output is the target's either way.
+fn text_only(history: &[i32]) -> std::borrow::Cow<'_, [i32]> {
+    if history.iter().all(|&t| !crate::media::is_media_token(LlamaToken(t))) {
+        std::borrow::Cow::Borrowed(history)
+    } else {
+        std::borrow::Cow::Owned(history.iter().copied().filter(|&t| !crate::media::is_media_token(LlamaToken(t))).collect())
     }
 }
 

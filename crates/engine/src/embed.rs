@@ -15,6 +15,9 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use serde_json::json;
 
+use std::sync::Arc;
+
+use super::media::{positions_of, MediaSpan, Projector};
 use super::model::{self, EngineOptions, ModelInfo};
 use llama_engine_core::embed::{to_base64, Pooler};
 use llama_engine_core::error::{EngineError, Result};
@@ -25,9 +28,26 @@ use llama_engine_core::text::events::EventSink;
 /// buffer (which a decoder fills for every row) stays small.
 pub const CHUNK: usize = 64;
 
-/// One `embed()` call: its inputs, tokenized and fitted to the limit.
+/// An `embed()` call prepared: its inputs tokenized and fitted to the
+/// limit, each one's images and audio encoded (their tokens in `inputs`
+/// stand as media ids, `media::MediaSpan`).
+pub struct PreparedEmbed {
+    inputs: Vec<Vec<LlamaToken>>,
+    media: Vec<Vec<MediaSpan>>,
+    normalize: bool,
+}
+
+impl PreparedEmbed {
+    /// The job that answers `sink`.
+    pub fn with_sink(self, sink: Box<dyn EventSink>) -> EmbedJob {
+        EmbedJob { inputs: self.inputs, media: self.media, normalize: self.normalize, sink, done: Vec::new(), current: None }
+    }
+}
+
+/// One `embed()` call on the engine thread.
 pub struct EmbedJob {
     pub inputs: Vec<Vec<LlamaToken>>,
+    media: Vec<Vec<MediaSpan>>,
     pub normalize: bool,
     pub sink: Box<dyn EventSink>,
     /// Vectors of the inputs done.
@@ -37,8 +57,10 @@ pub struct EmbedJob {
 }
 
 impl EmbedJob {
-    pub fn new(inputs: Vec<Vec<LlamaToken>>, normalize: bool, sink: Box<dyn EventSink>) -> Self {
-        EmbedJob { inputs, normalize, sink, done: Vec::new(), current: None }
+    /// `media[i]`: input i's images and audio (empty for text).
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(inputs: Vec<Vec<LlamaToken>>, media: Vec<Vec<MediaSpan>>, normalize: bool) -> PreparedEmbed {
+        PreparedEmbed { inputs, media, normalize }
     }
 
     fn is_done(&self) -> bool {
@@ -61,31 +83,43 @@ impl EmbedJob {
 /// The embedding context.
 pub struct Embedder<'m> {
     ctx: LlamaContext<'m>,
+    /// Its llama.cpp pointer, for the projector's decodes.
+    raw: *mut llama_cpp_sys_2::llama_context,
+    projector: Option<Arc<Projector>>,
     batch: LlamaBatch<'static>,
     chunk: usize,
 }
 
 impl<'m> Embedder<'m> {
-    pub fn new(model: &'m LlamaModel, opts: &EngineOptions, info: &ModelInfo) -> Result<Self> {
+    pub fn new(model: &'m LlamaModel, opts: &EngineOptions, info: &ModelInfo, projector: Option<Arc<Projector>>) -> Result<Self> {
         let limit = info.n_ctx;
         let chunk = if info.causal { CHUNK.min(limit as usize) } else { limit as usize };
+        // An image with non-causal attention must be one micro-batch: as
+        // large as the target context's, which the projector decodes in.
+        let n_batch = if projector.is_some() { chunk.max(info.n_batch as usize) } else { chunk };
         // Pooling is done here (`Pooler`), from every row's vector: llama.cpp
         // pools per micro-batch, which would cut a chunked input.
         let params = model::context_params(opts, limit, 1, false)
-            .with_n_batch(chunk as u32)
-            .with_n_ubatch(chunk as u32)
+            .with_n_batch(n_batch as u32)
+            .with_n_ubatch(n_batch as u32)
             .with_embeddings(true)
             .with_pooling_type(LlamaPoolingType::None);
         let ctx = model
             .new_context(model::backend()?, params)
             .map_err(|e| EngineError::internal(format!("cannot create the embedding context ({e})")))?;
-        Ok(Embedder { ctx, batch: LlamaBatch::new(chunk, 1), chunk })
+        // SAFETY: reads a thread-local pointer llama.cpp set as it made `ctx`.
+        let raw = unsafe { llama_cpp_sys_2::llama_last_context_created() };
+        Ok(Embedder { ctx, raw, projector, batch: LlamaBatch::new(chunk, 1), chunk })
     }
 
-    /// Passes the next chunk of `job`; true when every input is done.
+    /// Passes the next chunk of `job` (text tokens, or one image or audio
+    /// clip); true when every input is done. Media rows are not pooled:
+    /// they reach the vector through the text rows' attention (as in
+    /// llama.cpp's server), so an input that ends in text pools as its text.
     pub fn step(&mut self, job: &mut EmbedJob, info: &ModelInfo) -> Result<bool> {
         let i = job.done.len();
         let input = &job.inputs[i];
+        let spans = &job.media[i];
         let (mut pooler, start) = match job.current.take() {
             Some(current) => current,
             None => {
@@ -93,11 +127,20 @@ impl<'m> Embedder<'m> {
                 (Pooler::new(info.pooling, info.n_embd), 0)
             }
         };
-        let end = (start + self.chunk).min(input.len());
+        let positions = positions_of(spans);
+        if let Some(span) = spans.iter().find(|s| s.start == start) {
+            let projector = self.projector.as_ref().ok_or_else(|| EngineError::internal("media to embed without a projector"))?;
+            // SAFETY: `raw` is this embedder's live context, of the projector's model.
+            unsafe { projector.decode(self.raw, span, positions.pos(start), 0)? };
+            let end = span.end();
+            return Ok(self.advance(job, i, pooler, end));
+        }
+        let next_media = spans.iter().map(|s| s.start).filter(|&s| s > start).min().unwrap_or(input.len());
+        let end = (start + self.chunk).min(next_media);
         self.batch.clear();
         for (k, &token) in input[start..end].iter().enumerate() {
             self.batch
-                .add(token, (start + k) as i32, &[0], true)
+                .add(token, positions.pos(start + k) as i32, &[0], true)
                 .map_err(|e| EngineError::internal(format!("cannot fill the embedding batch ({e})")))?;
         }
         self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("cannot compute embeddings ({e})")))?;
@@ -108,11 +151,16 @@ impl<'m> Embedder<'m> {
                 .map_err(|e| EngineError::internal(format!("no embedding for token {} of input {i} ({e})", start + k)))?;
             pooler.add(row);
         }
-        if end == input.len() {
+        Ok(self.advance(job, i, pooler, end))
+    }
+
+    /// Input `i` of `job` has passed up to token `end`: done, or to go on.
+    fn advance(&self, job: &mut EmbedJob, i: usize, pooler: Pooler, end: usize) -> bool {
+        if end >= job.inputs[i].len() {
             job.done.push(pooler.finish(job.normalize));
         } else {
             job.current = Some((pooler, end));
         }
-        Ok(job.is_done())
+        job.is_done()
     }
 }

@@ -307,27 +307,60 @@ impl Engine {
     }
 
     /// Checks an `embed()` call (`{ input, normalize?, truncate? }`) and
-    /// tokenizes its inputs, here on the caller's thread: a bad one throws
-    /// before anything is queued.
-    pub fn prepare_embed(&self, request: &serde_json::Value) -> Result<(Vec<Vec<LlamaToken>>, bool)> {
+    /// tokenizes its inputs (on the preparing thread), images and audio
+    /// encoded by the projector: a bad one is refused before anything is
+    /// queued.
+    pub fn prepare_embed(&self, request: &serde_json::Value) -> Result<embed::PreparedEmbed> {
         let request = parse_embed_request(request, self.info.n_vocab)?;
         let model = self.model()?;
-        let mut tokens: Vec<Vec<i32>> = request
-            .inputs
-            .iter()
-            .map(|input| match input {
+        let mut media = Vec::with_capacity(request.inputs.len());
+        let mut tokens: Vec<Vec<i32>> = Vec::with_capacity(request.inputs.len());
+        for (i, input) in request.inputs.iter().enumerate() {
+            let (t, m) = match input {
                 // BOS (and EOS) as the model adds them; text is not parsed for special tokens.
-                EmbedInput::Text(s) => model.vocab().tokenize(s.as_bytes(), true, false).into_iter().map(|t| t.0).collect(),
-                EmbedInput::Tokens(t) => t.clone(),
-            })
-            .collect();
+                EmbedInput::Text(s) => (model.vocab().tokenize(s.as_bytes(), true, false).into_iter().map(|t| t.0).collect(), Vec::new()),
+                EmbedInput::Tokens(t) => (t.clone(), Vec::new()),
+                EmbedInput::Parts(text, parts) => {
+                    let at = request.field(i);
+                    let Some(projector) = &self.projector else {
+                        return Err(EngineError::invalid(
+                            &at,
+                            format!(
+                                "{} reads text only: load the engine with mmprojPath (the model's projector) to embed images or audio",
+                                self.info.name
+                            ),
+                        ));
+                    };
+                    if !self.info.causal {
+                        return Err(EngineError::invalid(&at, "images and audio are embedded by decoder models only"));
+                    }
+                    let refs: Vec<&llama_engine_core::request::media::MediaInput> = parts.iter().collect();
+                    let prompt = projector.prepare(text, &refs, model.vocab().should_add_bos())?;
+                    // An input with media is never cut (that could cut through one).
+                    if prompt.tokens.len() > self.info.n_ctx as usize {
+                        return Err(EngineError::invalid(
+                            &at,
+                            format!(
+                                "{} tokens with its media; the engine embeds at most {} per input (its contextSize)",
+                                prompt.tokens.len(),
+                                self.info.n_ctx
+                            ),
+                        ));
+                    }
+                    (prompt.tokens.iter().map(|t| t.0).collect(), prompt.spans)
+                }
+            };
+            tokens.push(t);
+            media.push(m);
+        }
         request.fit(&mut tokens, self.info.n_ctx as usize)?;
-        Ok((tokens.into_iter().map(|t| t.into_iter().map(LlamaToken).collect()).collect(), request.normalize))
+        let inputs = tokens.into_iter().map(|t| t.into_iter().map(LlamaToken).collect()).collect();
+        Ok(embed::EmbedJob::new(inputs, media, request.normalize))
     }
 
     /// Queues a prepared `embed()` call; its answer goes to `sink`.
-    pub fn submit_embed(&self, inputs: Vec<Vec<LlamaToken>>, normalize: bool, sink: Box<dyn EventSink>) {
-        if let Err(job) = self.shared.submit_embed(embed::EmbedJob::new(inputs, normalize, sink)) {
+    pub fn submit_embed(&self, job: embed::PreparedEmbed, sink: Box<dyn EventSink>) {
+        if let Err(job) = self.shared.submit_embed(job.with_sink(sink)) {
             job.fail(EngineError::disposed());
         }
     }

@@ -161,7 +161,7 @@ fn no_marker<'a>(text: &'a String, at: &str) -> Result<&'a String> {
 
 /// The text of an OpenAI content-parts array: its text parts, joined, with
 /// each media part (image, audio) as the media marker and its bytes in `media`.
-fn text_parts(parts: &[Json], at: &str, media: &mut Vec<MediaInput>, n_media: &mut usize) -> Result<String> {
+pub fn text_parts(parts: &[Json], at: &str, media: &mut Vec<MediaInput>, n_media: &mut usize) -> Result<String> {
     let mut text = String::new();
     for (j, part) in parts.iter().enumerate() {
         let here = format!("{at}[{j}]");

@@ -30,7 +30,6 @@ use llama_engine_core::sampling::constraint::{Compiler, Constraint, Grammar};
 use llama_engine_core::sampling::forced::Tokenize;
 use llama_engine_core::speculation::controller::DraftController;
 use llama_engine_core::speculation::drafter::{Drafter, DrafterChain};
-use llama_engine_core::speculation::entry::Runs;
 use llama_engine_core::speculation::ngram::NgramCache;
 use llama_engine_core::speculation::registry::{self, DrafterEntry, DrafterHost};
 use llama_engine_core::speculation::suffix::SuffixStore;
@@ -173,12 +172,8 @@ impl<'m> Worker<'m> {
                 sampler = sampler.with_reasoning_budget(budget, completes);
             }
         }
-        let mut drafters = if sampler.supports_speculation() { self.drafters(req)? } else { Vec::new() };
-        if !media.is_empty() {
-            // The draft model would have to read the media too: its
-            // drafters sit out (the others draft text only).
-            drafters.retain(|e| !matches!(e.runs, Runs::Named { needs_draft_model: true, .. }));
-        }
+        // (With media the draft model reads the text around them: `draft_model::text_only`.)
+        let drafters = if sampler.supports_speculation() { self.drafters(req)? } else { Vec::new() };
         let mut tokens = match tokens {
             Some(t) => t,
             None => model::tokenize_prompt(&self.models.target, req, &self.models.info)?,

@@ -265,7 +265,7 @@ impl<'m> Worker<'m> {
     pub fn embed_step(&mut self, job: &mut EmbedJob) -> Result<bool> {
         let models: &'m Models = self.models;
         if self.embedder.is_none() {
-            self.embedder = Some(Embedder::new(&models.target, &self.opts, &models.info)?);
+            self.embedder = Some(Embedder::new(&models.target, &self.opts, &models.info, self.projector.clone())?);
         }
         let Some(embedder) = self.embedder.as_mut() else { unreachable!() };
         let done = embedder.step(job, &models.info);
