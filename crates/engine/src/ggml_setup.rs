@@ -93,7 +93,14 @@ pub fn fast_kernels() -> String {
     let mut on = vec!["flash attention (one kernel for every row count)".to_string()];
     let x86 = has("SSE3") || has("AVX") || has("AVX2");
     if x86 && has("LLAMAFILE") {
-        on.push("tinyBLAS (F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL) from 1 row".into());
+        if has("AVX2") {
+            // Patches 0002 and 0010: one row of these three in vec_dot's
+            // arithmetic (the same as tinyBLAS's), Q8_0 four rows at a time.
+            on.push("tinyBLAS (F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL) from 1 row (Q8_0, Q4_0, Q5_0 from 2; one row in the same arithmetic, Q8_0 four weight rows at a time)".into());
+            on.push("weights prefetched while decoding".into());
+        } else {
+            on.push("tinyBLAS (F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL) from 1 row".into());
+        }
         if has("AVX2") && has("FMA") {
             on.push("Q4_1 tiles from 2 rows".into());
         }
