@@ -986,7 +986,9 @@ if (sections.has('kernels')) {
       for (let r = 0; r < REPEATS; r++) {
         for (const name of r % 2 ? [...names].reverse() : names) {
           const [cmd, args, env] = impls[name](join(models, model), file)
-          const out = execFileSync(cmd, args, { cwd: root, encoding: 'utf8', env: { ...process.env, BENCH_CONTEXT: '9216', ...env }, stdio: ['ignore', 'pipe', 'ignore'] })
+          // A context that holds the prompt (9,216 cells up to 8k tokens; 16k: 18,944).
+          const context = String(Math.max(9216, size === 'short' ? 0 : Math.ceil((Number(size) * 1.15 + 512) / 256) * 256))
+          const out = execFileSync(cmd, args, { cwd: root, encoding: 'utf8', env: { ...process.env, BENCH_CONTEXT: context, ...env }, stdio: ['ignore', 'pipe', 'ignore'] })
           runs[name].push(JSON.parse(out.trim().split('\n').pop()))
         }
       }
