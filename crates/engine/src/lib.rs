@@ -336,6 +336,10 @@ impl Engine {
                     }
                     let refs: Vec<&llama_engine_core::request::media::MediaInput> = parts.iter().collect();
                     let prompt = projector.prepare(text, &refs, model.vocab().should_add_bos())?;
+                    // Its vector pools text rows: without any, there is nothing to pool.
+                    if prompt.tokens.iter().all(|&t| media::is_media_token(t)) {
+                        return Err(EngineError::invalid(&at, "has no text besides its media: add a text part after them"));
+                    }
                     // An input with media is never cut (that could cut through one).
                     if prompt.tokens.len() > self.info.n_ctx as usize {
                         return Err(EngineError::invalid(
