@@ -14,7 +14,7 @@
 // 2 bad command line, 130 interrupted by Ctrl-C (143 for SIGTERM).
 // Importable: `main(argv)` runs the CLI and resolves with the exit code
 // (scripts/demo.mjs uses it).
-import { existsSync, readFileSync, realpathSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, realpathSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -360,7 +360,13 @@ const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 }
 // `llama-engine serve`: the model flags of the main command, and the server's own.
 const SERVE_OPTIONS = {
   lora: { type: 'string', multiple: true },
-  model: OPTIONS.model,
+  model: { ...OPTIONS.model, multiple: true },
+  models: { type: 'string' },
+  'models-preset': { type: 'string' },
+  'models-max': { type: 'string' },
+  'memory-max': { type: 'string' },
+  'idle-unload': { type: 'string' },
+  pin: { type: 'string', multiple: true },
   draft: OPTIONS.draft,
   mmproj: OPTIONS.mmproj,
   'allow-remote-media': { type: 'boolean' },
@@ -427,6 +433,19 @@ Server:
                             it dies (a crash fails only its requests); none: in this process
   -h, --help                this help
 
+Many models behind one server (the request's "model" picks; each loads on demand
+in its own child process; GET /v1/models lists them with their state):
+      --models DIR          every model GGUF in DIR, named by its file (without .gguf)
+      --model ALIAS=URI     a model named ALIAS (a path or hf: URI); repeats
+      --models-preset FILE  JSON: { "ALIAS": { "model": PATH|URI, "pinned": true,
+                            "options": { EngineOptions } } } (paths relative to FILE)
+      --models-max N        at most N loaded at once (default: no limit)
+      --memory-max BYTES    at most BYTES loaded, by inspect's estimate (K, M, G suffixes)
+      --idle-unload SECONDS unload a model no request used for that long
+      --pin ALIAS           load ALIAS at start and never unload it; repeats
+  The other model flags (--ctx-size, --parallel, --threads, --draft, --lora, …) apply
+  to every model. POST /models/load and /models/unload { "model": ALIAS }.
+
 SIGTERM or SIGINT: queued requests get 503, running ones finish (or are
 aborted after the grace period), the engine is disposed; exit code 143/130.
 `
@@ -465,8 +484,105 @@ export function parseServe(argv, env = process.env) {
   if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
   const isolation = v.isolation ?? 'process'
   if (isolation !== 'process' && isolation !== 'none') throw new UsageError(`--isolation: expected process or none, got ${JSON.stringify(isolation)}`)
-  const load = { ...loadOptions(v, env), isolation }
-  return { help: Boolean(v.help), load, listen: { host: v.host ?? '127.0.0.1', port }, server }
+  const listen = { host: v.host ?? '127.0.0.1', port }
+  const models = v.model ?? []
+  const aliased = models.filter((m) => isAlias(m))
+  const many = v.models !== undefined || v['models-preset'] !== undefined || aliased.length > 0
+  if (!many) {
+    for (const flag of ['models-max', 'memory-max', 'idle-unload', 'pin']) {
+      if (v[flag] !== undefined) throw new UsageError(`--${flag} goes with many models: --models DIR, --model ALIAS=URI or --models-preset FILE`)
+    }
+    if (models.length > 1) throw new UsageError('--model: one model, or several as --model ALIAS=URI')
+    const load = { ...loadOptions({ ...v, model: models[0] }, env), isolation }
+    return { help: Boolean(v.help), load, listen, server }
+  }
+  if (aliased.length !== models.length) throw new UsageError('--model: with several models, each is ALIAS=URI')
+  const { modelPath, ...shared } = loadOptions({ ...v, model: undefined }, env)
+  const router = { models: [], dir: v.models, engineOptions: { ...shared, isolation } }
+  const add = (name, uri, extra = {}) => {
+    if (router.models.some((m) => m.name === name)) throw new UsageError(`the model ${JSON.stringify(name)} is named twice`)
+    router.models.push({ name, uri, ...extra })
+  }
+  for (const m of aliased) {
+    const i = m.indexOf('=')
+    add(m.slice(0, i), uriOf(m.slice(i + 1)))
+  }
+  if (v['models-preset'] !== undefined) for (const [name, m] of Object.entries(readPreset(v['models-preset']))) add(name, m.uri, m)
+  if (v['models-max'] !== undefined) router.modelsMax = positive('models-max', v['models-max'])
+  if (v['memory-max'] !== undefined) router.memoryMax = bytesFlag('memory-max', v['memory-max'])
+  if (v['idle-unload'] !== undefined) router.idleUnloadMs = positive('idle-unload', v['idle-unload']) * 1000
+  router.pin = v.pin ?? []
+  return { help: Boolean(v.help), router, listen, server }
+}
+
+/** `ALIAS=URI`: a name without a path separator before the first `=`. */
+const isAlias = (spec) => /^[^=/\\]+=./.test(spec) && !existsSync(spec)
+// hf: and https: models stay URIs: load() fetches them (resolveModel).
+const uriOf = (m) => (/^(hf:|https?:\/\/)/i.test(m) ? m : resolve(m))
+
+function positive(flag, text) {
+  const n = number(flag, text, 'int')
+  if (n <= 0) throw new UsageError(`--${flag}: expected a positive integer, got ${JSON.stringify(text)}`)
+  return n
+}
+
+/** Bytes with an optional K, M, G or T suffix (powers of 1024). */
+function bytesFlag(flag, text) {
+  const m = /^(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?$/i.exec(String(text).trim())
+  if (!m) throw new UsageError(`--${flag}: expected bytes (e.g. 8G, 512M, 1073741824), got ${JSON.stringify(text)}`)
+  const power = { K: 1, M: 2, G: 3, T: 4 }[(m[2] ?? 'B')[0].toUpperCase()] ?? 0
+  const n = Math.floor(Number(m[1]) * 1024 ** power)
+  if (!(n > 0) || !Number.isSafeInteger(n)) throw new UsageError(`--${flag}: expected a positive size, got ${JSON.stringify(text)}`)
+  return n
+}
+
+/** A presets file: `{ ALIAS: { model, pinned?, options? } }`, paths relative to the file. */
+function readPreset(file) {
+  let preset
+  try {
+    preset = JSON.parse(readFileSync(file, 'utf8'))
+  } catch (e) {
+    throw new UsageError(`--models-preset: cannot read ${file} (${e.code || e.message})`)
+  }
+  if (preset === null || typeof preset !== 'object' || Array.isArray(preset)) throw new UsageError('--models-preset: expected a JSON object of ALIAS: { model, pinned?, options? }')
+  const base = dirname(resolve(file))
+  const out = {}
+  for (const [name, m] of Object.entries(preset)) {
+    if (m === null || typeof m !== 'object' || typeof m.model !== 'string' || m.model === '') throw new UsageError(`--models-preset: ${name}: expected { "model": PATH|URI, … }`)
+    if (m.options != null && (typeof m.options !== 'object' || Array.isArray(m.options))) throw new UsageError(`--models-preset: ${name}.options: expected an object of EngineOptions`)
+    const uri = /^(hf:|https?:\/\/)/i.test(m.model) ? m.model : resolve(base, m.model)
+    out[name] = { uri, pinned: m.pinned === true, ...(m.options ? { options: m.options } : {}) }
+  }
+  return out
+}
+
+/**
+ * The models of `--models DIR`: every GGUF in it that is a model (not a
+ * projector or a LoRA adapter), named by its file without `.gguf`, with
+ * inspect's estimate of its memory for the context and slots asked.
+ */
+async function modelsIn(dir, inspectModel, load) {
+  let names
+  try {
+    names = readdirSync(dir)
+      .filter((f) => /\.gguf$/i.test(f))
+      .sort()
+  } catch (e) {
+    throw new UsageError(`--models: cannot read ${dir} (${e.code || e.message})`)
+  }
+  const out = []
+  for (const f of names) {
+    const path = join(resolve(dir), f)
+    let info
+    try {
+      info = await inspectModel(path, { contextSize: load.contextSize ?? 4096, parallel: load.parallel ?? 4 })
+    } catch {
+      continue // not a GGUF this build reads: not served
+    }
+    if (info.kind !== 'model') continue
+    out.push({ name: f.replace(/\.gguf$/i, ''), uri: path, bytes: typeof info.memory?.total === 'number' ? info.memory.total : info.fileBytes })
+  }
+  return out
 }
 
 /** `llama-engine serve`: listens at once (/health says "loading" meanwhile); resolves with the exit code. */
@@ -487,6 +603,7 @@ async function serve(argv) {
   const require = createRequire(import.meta.url)
   const { LlamaEngine } = require('../index.js')
   const { createServer } = require('../server/index.js')
+  if (cli.router) return serveMany(cli, createServer, require('../index.js').inspectModel)
   const loading = LlamaEngine.load(cli.load)
   loading.catch(() => {})
   // A line on stderr for every answer the server failed (5xx), with its cause.
@@ -527,6 +644,77 @@ async function serve(argv) {
     await server.shutdown({ graceMs: 0 })
     return 1
   }
+  await closed
+  await server.shutdown({ dispose: true })
+  process.off('SIGINT', onSigint)
+  process.off('SIGTERM', onSigterm)
+  return signal ? SIGNAL_EXIT[signal] : 0
+}
+
+/** `llama-engine serve` over many models (`--models`, `--model ALIAS=URI`): resolves with the exit code. */
+async function serveMany(cli, createServer, inspectModel) {
+  const { stderr } = process
+  const { router } = cli
+  let models = router.models
+  try {
+    if (router.dir !== undefined) {
+      for (const m of await modelsIn(router.dir, inspectModel, router.engineOptions)) {
+        if (!models.some((x) => x.name === m.name)) models = [...models, m]
+      }
+    }
+    if (models.length === 0) throw new UsageError(`--models: no model GGUF in ${router.dir}`)
+    for (const name of router.pin) {
+      const m = models.find((x) => x.name === name)
+      if (!m) throw new UsageError(`--pin: no model named ${JSON.stringify(name)} (${models.map((x) => x.name).join(', ')})`)
+      m.pinned = true
+    }
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e
+    stderr.write(`llama-engine serve: ${e.message}\n\n${SERVE_USAGE}`)
+    return 2
+  }
+  const onError = (e, r) => stderr.write(`${new Date().toISOString()} ${r.status} ${r.method} ${r.path}${r.streaming ? ' (mid-stream)' : ''}: ${e.code}: ${e.message}\n`)
+  let server
+  try {
+    server = createServer({
+      ...cli.server,
+      models,
+      modelsMax: router.modelsMax,
+      memoryMax: router.memoryMax,
+      idleUnloadMs: router.idleUnloadMs,
+      engineOptions: router.engineOptions,
+      signals: false,
+      onError,
+    })
+  } catch (e) {
+    stderr.write(`llama-engine serve: ${e.message}\n`)
+    return 2
+  }
+  const closed = new Promise((r) => server.on('close', r))
+  let signal = null
+  const onSignal = (name) => {
+    if (signal !== null) process.exit(SIGNAL_EXIT[name])
+    signal = name
+    stderr.write(`${name}: shutting down (queued requests get 503, running ones may finish)\n`)
+    server.shutdown({ dispose: true }).then(() => stderr.write('stopped; engines disposed\n'))
+  }
+  const onSigint = () => onSignal('SIGINT')
+  const onSigterm = () => onSignal('SIGTERM')
+  process.on('SIGINT', onSigint)
+  process.on('SIGTERM', onSigterm)
+  try {
+    await new Promise((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(cli.listen.port, cli.listen.host, resolve)
+    })
+  } catch (e) {
+    stderr.write(`error: cannot listen on ${cli.listen.host}:${cli.listen.port} (${e.code || e.message})\n`)
+    await server.shutdown({ graceMs: 0 })
+    return 1
+  }
+  const { address, port } = server.address()
+  const host = address.includes(':') ? `[${address}]` : address
+  stderr.write(`listening on http://${host}:${port}, ${models.length} models: ${models.map((m) => m.name + (m.pinned ? ' (pinned)' : '')).join(', ')}\n`)
   await closed
   await server.shutdown({ dispose: true })
   process.off('SIGINT', onSigint)

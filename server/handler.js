@@ -7,12 +7,12 @@
 
 const { performance } = require('node:perf_hooks')
 const { ApiError, toApiError, openaiErrorBody } = require('./errors.js')
-const { readJson, readJsonValue, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
-const { AdmissionQueue } = require('./queue.js')
+const { readJsonValue, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
+const { Lane } = require('./lane.js')
+const { Router } = require('./router.js')
 const { Metrics } = require('./metrics.js')
 const { findRoute, protocolOf } = require('./protocols.js')
 const { ResponseStore } = require('./response-store.js')
-const { anySignal } = require('./util.js')
 const { serverMedia } = require('./media.js')
 
 const DEFAULTS = {
@@ -29,6 +29,7 @@ const DEFAULTS = {
   responsesFile: undefined,
   allowRemoteMedia: false,
   onError: undefined,
+  router: undefined,
 }
 
 /** The options with their defaults, checked. */
@@ -51,9 +52,14 @@ const LIST_SLICE = 1 << 15
 
 const sseHeaders = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' }
 
+/** Routes that read no engine: the Responses API's kept responses. */
+const STORE_ROUTES = new Set(['GET /v1/responses/:id', 'DELETE /v1/responses/:id', 'GET /v1/responses/:id/input_items'])
+
 /**
  * The core over one engine (or a promise of one: until it resolves,
- * /health says "loading" and the other endpoints answer 503).
+ * /health says "loading" and the other endpoints answer 503), or over many
+ * models (`options.router`: router.js loads them on demand, the request's
+ * `model` picks).
  */
 function createCore(engineOrPromise, options) {
   const opts = serverOptions(options)
@@ -61,99 +67,33 @@ function createCore(engineOrPromise, options) {
   const limits = { maxBodyBytes: opts.maxBodyBytes, requestTimeoutMs: opts.requestTimeoutMs }
   const metrics = new Metrics()
   const started = Math.floor(Date.now() / 1000)
-  let engine = engineOrPromise && typeof engineOrPromise.then === 'function' ? null : engineOrPromise
-  let loadError = null
-  if (!engine) {
-    Promise.resolve(engineOrPromise).then(
-      (e) => (engine = e),
-      (e) => (loadError = e),
-    )
-  }
-  const queue = new AdmissionQueue({ concurrency: () => engine?.status().parallel || 1, maxQueue: opts.maxQueue })
-  const running = new Map() // AbortController -> the generation's promise
+  const router = opts.router
+    ? new Router(opts.router.models, { ...opts.router, maxQueue: opts.maxQueue, graceMs: opts.shutdownGraceMs, metrics })
+    : null
+  const single = router ? null : new Lane(engineOrPromise, { maxQueue: opts.maxQueue, metrics })
   let closing = false
   let shutdown = null
+  const responses = new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes, file: opts.responsesFile })
 
-  const modelName = () => opts.modelName ?? engine?.status().model ?? 'unknown'
-
-  // The LoRA scales of POST /lora-adapters (id -> scale, every adapter),
-  // given to each generation without its own `lora`; null until then (the
-  // engine's load scales apply).
-  let loraScales = null
-  const server = {
-    /** The Responses API's kept responses (`store`). */
-    responses: new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes, file: opts.responsesFile }),
-    /** The engine's LoRA adapters, `[{ id, path, scale }]`, with the scales POST /lora-adapters set. */
-    loras() {
-      const loras = engine.status().loras
-      if (!Array.isArray(loras)) return []
-      return loras.map(({ id, path, scale }) => ({ id, path, scale: loraScales?.has(id) ? loraScales.get(id) : scale }))
-    },
-    /** Sets the scales requests without `lora` get (a Map id -> scale naming every adapter). */
-    setLoraScales(scales) {
-      loraScales = scales
-    },
-  }
-
-  /** The request as the engine gets it: the scales of POST /lora-adapters when it names none. */
-  function withLoraDefaults(request) {
-    if (!loraScales || loraScales.size === 0 || request === null || typeof request !== 'object' || request.lora != null) return request
-    return { ...request, lora: [...loraScales].map(([id, scale]) => ({ id, scale })) }
-  }
-
-  /** Runs one engine request through the queue, with the client's signal, measured. */
-  async function generate(exchange, t0, request, onEvent) {
-    request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, signal: exchange.signal })
-    const release = await queue.acquire(exchange.signal)
-    const ac = new AbortController()
-    const signal = anySignal([exchange.signal, ac.signal])
-    let last = null
-    const promise = engine.complete(
-      withLoraDefaults(request),
-      (event) => {
-        const n = event.type === 'token' ? event.tokens.length : 0
-        if (n > 0) {
-          const now = performance.now()
-          if (last === null) metrics.ttft.observe((now - t0) / 1000)
-          else metrics.perToken.observe((now - last) / 1000 / n, n)
-          last = now
-        }
-        if (onEvent) onEvent(event)
-      },
-      signal,
-    )
-    running.set(ac, promise)
-    try {
-      const result = await promise
-      metrics.generation(result)
-      if (ac.signal.aborted) {
-        throw new ApiError(503, 'the server shut down before this request finished', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
-      }
-      return result
-    } finally {
-      running.delete(ac)
-      release()
-    }
-  }
-
-  /** Runs an embedding request through the same queue. */
-  async function embed(exchange, input, embedOptions) {
-    const release = await queue.acquire(exchange.signal)
-    try {
-      const result = await engine.embed(input, embedOptions)
-      metrics.embeddingTokens += result.tokens ?? 0
-      return result
-    } finally {
-      release()
+  /** What /metrics reads: each loaded engine's status and queue, and the requests waiting for a model to load. */
+  const scrape = () => {
+    const lanes = router ? router.lanes() : [single]
+    return {
+      lanes: lanes.map((lane) => ({ name: lane.name, status: lane.status(), queue: lane.queue, loras: lane.engine ? lane.loras() : [] })),
+      loading: router ? router.waiting : 0,
+      modelName: router ? null : opts.modelName ?? single.engine?.status().model ?? 'unknown',
     }
   }
 
   function health(exchange, cors) {
     const send = (status, body) => exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors }, JSON.stringify(body))
-    if (loadError) return send(500, { status: 'error', error: openaiErrorBody(toApiError(loadError)).error })
-    if (!engine) return send(503, { status: 'loading' })
-    const st = engine.status()
-    if (closing || st.disposed) return send(503, { status: 'unavailable' })
+    if (closing) return send(503, { status: 'unavailable' })
+    // Many models: ready whenever it is not closing (models load on demand).
+    if (router) return send(200, { status: 'ok', models: router.list().map(({ name, state }) => ({ id: name, state })) })
+    if (single.loadError) return send(500, { status: 'error', error: openaiErrorBody(toApiError(single.loadError)).error })
+    if (!single.engine) return send(503, { status: 'loading' })
+    const st = single.engine.status()
+    if (st.disposed) return send(503, { status: 'unavailable' })
     // An isolated engine whose process died: a new one is loading.
     if (st.isolation?.restarting) return send(503, { status: 'restarting', restarts: st.isolation.restarts })
     return send(200, { status: 'ok' })
@@ -166,23 +106,51 @@ function createCore(engineOrPromise, options) {
     const key = `${exchange.method} ${exchange.path}`
     const found = findRoute(exchange.method, exchange.path)
     const route = found.route
-    const known = found.known || OWN_PATHS.has(exchange.path)
+    const own = router && ROUTER_ROUTES.has(key)
+    const known = found.known || OWN_PATHS.has(exchange.path) || own
     // Metrics name a route with parameters by its pattern, never by the id.
     let endpoint = known ? found.pattern : 'other'
     // The protocol shapes the errors: the route's, else the one claiming the path.
     const protocol = route?.protocol ?? protocolOf(exchange.path)
+    // The body, read once (the router reads `model` before the route reads the rest).
+    let bodyValue = null
+    const readValue = () => (bodyValue ??= readJsonValue(exchange))
+    const readObject = async () => {
+      const value = await readValue()
+      if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new ApiError(400, 'body: expected a JSON object')
+      return value
+    }
+    let lane = single
+    let held = null
+    // The model the request names (the router's pick; an adapter's name picks the adapter).
+    let requested
     const ctx = {
       engine: null,
       started,
       paramOf: undefined,
       onStreamError: null,
-      modelName,
-      server,
+      modelName: () => requested ?? opts.modelName ?? lane?.engine?.status().model ?? 'unknown',
+      server: {
+        /** The Responses API's kept responses (`store`). */
+        responses,
+        /** The engine's LoRA adapters, `[{ id, name, path, scale }]`, with the scales POST /lora-adapters set. */
+        loras: () => lane?.loras() ?? [],
+        /** Sets the scales requests without `lora` get (a Map id -> scale naming every adapter). */
+        setLoraScales: (scales) => lane.setLoraScales(scales),
+        /** Every model a request may name: the router's, else this engine's and its adapters'. */
+        models: () =>
+          router
+            ? router.list()
+            : [
+                { name: ctx.modelName(), state: 'loaded' },
+                ...lane.loras().map((l) => ({ name: l.name, state: 'loaded', parent: ctx.modelName(), adapter: true })),
+              ],
+      },
       params: found.params,
       query: exchange.query ?? new URLSearchParams(),
-      body: () => readJson(exchange),
+      body: readObject,
       /** The body as JSON, whatever its value (POST /lora-adapters takes an array). */
-      bodyValue: () => readJsonValue(exchange),
+      bodyValue: readValue,
       json(status, body, headers = {}) {
         exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors, ...headers }, JSON.stringify(body))
       },
@@ -217,8 +185,11 @@ function createCore(engineOrPromise, options) {
           },
         }
       },
-      generate: (request, onEvent) => generate(exchange, t0, request, onEvent),
-      embed: (input, embedOptions) => embed(exchange, input, embedOptions),
+      async generate(request, onEvent) {
+        request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, signal: exchange.signal })
+        return lane.generate(exchange, t0, lane.engineRequest(request, requested), onEvent)
+      },
+      embed: (input, embedOptions) => lane.embed(exchange, input, embedOptions),
     }
     let status = 200
     try {
@@ -230,7 +201,7 @@ function createCore(engineOrPromise, options) {
           return exchange.send(204, headers, '')
         }
       }
-      if (!route && !(known && (key === 'GET /health' || key === 'GET /metrics'))) {
+      if (!route && !own && !(known && (key === 'GET /health' || key === 'GET /metrics'))) {
         if (typeof next === 'function') {
           endpoint = null // not ours: not counted
           return next()
@@ -247,13 +218,29 @@ function createCore(engineOrPromise, options) {
         })
       }
       if (key === 'GET /metrics') {
-        const text = metrics.render(engine && !engine.status().disposed ? engine.status() : null, queue)
-        return exchange.send(200, { 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', ...cors }, text)
+        return exchange.send(200, { 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', ...cors }, metrics.render(scrape()))
       }
-      if (loadError) throw loadError
-      if (!engine) throw new ApiError(503, 'the model is still loading', { code: 'LOADING', type: 'server_error' })
       if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
-      ctx.engine = engine
+      if (own) return await routerRoute(key, ctx, router)
+      if (router && !STORE_ROUTES.has(`${exchange.method} ${found.pattern}`) && !(key === 'GET /v1/models' || key === 'GET /models')) {
+        // The model: the body's `model` (POST), else ?model=.
+        let name = ctx.query.get('model') ?? undefined
+        if (exchange.method === 'POST') {
+          const value = await readValue()
+          if (value && typeof value === 'object' && !Array.isArray(value) && value.model != null) name = value.model
+        }
+        requested = router.resolve(name)
+        held = lane = await router.acquire(requested, exchange.signal)
+      } else if (!router) {
+        if (single.loadError) throw single.loadError
+        if (!single.engine) throw new ApiError(503, 'the model is still loading', { code: 'LOADING', type: 'server_error' })
+        if (exchange.method === 'POST' && route && !STORE_ROUTES.has(`${exchange.method} ${found.pattern}`)) {
+          // `model` naming an adapter answers with that name (and runs that adapter).
+          const value = await readValue().catch(() => null)
+          if (value && typeof value === 'object' && lane.isAdapter(value.model)) requested = value.model
+        }
+      }
+      ctx.engine = lane?.engine ?? null
       await route.run(ctx)
     } catch (err) {
       const e = toApiError(err, ctx.paramOf)
@@ -280,6 +267,7 @@ function createCore(engineOrPromise, options) {
       if (e.status < 500 && e.status !== 408 && e.status !== 429) headers['x-should-retry'] = 'false'
       exchange.send(e.status, headers, JSON.stringify(body), { close: e.close })
     } finally {
+      if (held) router.release(held)
       if (endpoint !== null) metrics.request(endpoint, status)
     }
   }
@@ -287,21 +275,17 @@ function createCore(engineOrPromise, options) {
   /**
    * Stops serving: new requests and those waiting in the queue get 503;
    * running generations may finish for `graceMs`, then are aborted (they
-   * end as a generation cut short does). Resolves when none runs.
+   * end as a generation cut short does). Resolves when none runs (and, with
+   * many models, every engine is disposed).
    */
   function close({ graceMs = opts.shutdownGraceMs } = {}) {
     if (shutdown) return shutdown
     closing = true
-    queue.close()
     shutdown = (async () => {
-      const settled = () => Promise.allSettled([...running.values()])
-      let timer
-      await Promise.race([settled(), new Promise((r) => (timer = setTimeout(r, graceMs)))])
-      clearTimeout(timer)
-      for (const ac of running.keys()) ac.abort()
-      await settled()
+      if (router) await router.close(graceMs)
+      else await single.drain(graceMs)
       // What the Responses API keeps, on disk before the process may end.
-      await server.responses.close().catch(() => {})
+      await responses.close().catch(() => {})
     })()
     return shutdown
   }
@@ -312,11 +296,27 @@ function createCore(engineOrPromise, options) {
     limits,
     options: opts,
     metrics,
-    responses: server.responses,
+    responses,
+    router,
     get engine() {
-      return engine
+      return single?.engine ?? null
     },
   }
+}
+
+/** The router's own endpoints (llama.cpp's router mode names). */
+const ROUTER_ROUTES = new Set(['POST /models/load', 'POST /models/unload'])
+
+async function routerRoute(key, ctx, router) {
+  const body = await ctx.body()
+  if (typeof body.model !== 'string' || body.model === '') throw new ApiError(400, 'model: expected the name of a model', { param: 'model' })
+  const name = router.resolve(body.model)
+  if (key === 'POST /models/load') {
+    await router.load(name)
+    return ctx.json(200, { success: true, model: name, state: 'loaded' })
+  }
+  const unloaded = await router.unload(name)
+  return ctx.json(200, { success: true, model: name, state: 'unloaded', was_loaded: unloaded })
 }
 
 module.exports = { createCore, serverOptions }

@@ -102,10 +102,14 @@ function socketDeadlines(headersMs, bodyMs) {
  */
 function createServer(options = {}) {
   if (options === null || typeof options !== 'object') throw new TypeError('createServer(options): expected an object')
-  const { engine, model, engineOptions, signals = true, ...serverOptions } = options
+  const { engine, model, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, signals = true, ...serverOptions } = options
   let owned = false
   let engineOrPromise = engine
-  if (engine == null) {
+  if (models != null) {
+    if (engine != null || model != null) throw new TypeError('createServer(options): options.models goes without options.engine and options.model')
+    serverOptions.router = routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, engineOptions })
+    engineOrPromise = null
+  } else if (engine == null) {
     if (typeof model !== 'string') throw new TypeError('createServer(options): options.engine or options.model (a path) is required')
     const { LlamaEngine } = require('../index.js')
     engineOrPromise = LlamaEngine.load({ ...engineOptions, modelPath: model })
@@ -136,6 +140,7 @@ function createServer(options = {}) {
   server.on('close', () => core.responses.flush().catch(() => {}))
 
   const disposeOwned = async () => {
+    if (core.router) return core.close({ graceMs: 0 })
     if (!owned) return
     owned = false
     const e = await Promise.resolve(engineOrPromise).catch(() => null)
@@ -144,6 +149,8 @@ function createServer(options = {}) {
   server.on('close', disposeOwned)
 
   let stopping = null
+  /** With many models: the router (`list()`, `load(name)`, `unload(name)`). */
+  server.router = core.router
   server.shutdown = ({ graceMs, dispose = owned } = {}) => {
     if (stopping) return stopping
     stopping = (async () => {
@@ -175,6 +182,40 @@ function createServer(options = {}) {
     server.on('close', remove)
   }
   return server
+}
+
+/**
+ * The router's options from createServer's: `models` (`[{ name, uri, options?,
+ * pinned? }]`, `uri` a path or hf: URI, `options` EngineOptions of its own
+ * over `engineOptions`), the caps, and how a model loads (an isolated
+ * engine unless its options say otherwise) and what it is estimated to take
+ * (inspectModel's `memory.total` for its context and slots).
+ */
+function routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, engineOptions = {} }) {
+  if (!Array.isArray(models) || models.length === 0) throw new TypeError('createServer(options): options.models: expected a non-empty array')
+  for (const [name, v] of Object.entries({ modelsMax, memoryMax, idleUnloadMs })) {
+    if (v != null && !(Number.isInteger(v) && v > 0)) throw new TypeError(`createServer(options): options.${name}: expected a positive integer, got ${JSON.stringify(v)}`)
+  }
+  const { LlamaEngine, inspectModel } = require('../index.js')
+  const optionsOf = (m) => ({ isolation: 'process', ...engineOptions, ...(m.options ?? {}), modelPath: m.uri })
+  return {
+    models: models.map((m) => {
+      if (!m || typeof m.name !== 'string' || m.name === '' || typeof m.uri !== 'string' || m.uri === '') {
+        throw new TypeError('createServer(options): options.models: each is { name, uri, options?, pinned? }')
+      }
+      return { name: m.name, uri: m.uri, options: m.options, pinned: m.pinned === true, bytes: m.bytes }
+    }),
+    modelsMax: modelsMax ?? Infinity,
+    memoryMax: memoryMax ?? Infinity,
+    idleUnloadMs: idleUnloadMs ?? 0,
+    load: (m) => LlamaEngine.load(optionsOf(m)),
+    async estimate(m) {
+      const o = optionsOf(m)
+      const info = await inspectModel(o.modelPath, { contextSize: o.contextSize ?? 4096, parallel: o.parallel ?? 4, batchSize: o.batchSize })
+      if (info.memory && typeof info.memory.total === 'number') return info.memory.total
+      return info.fileBytes ?? 0
+    },
+  }
 }
 
 module.exports = { createServer, createHandler, createFetchHandler }

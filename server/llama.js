@@ -105,7 +105,8 @@ function slots(ctx) {
 }
 
 function loraAdapters(ctx) {
-  ctx.json(200, ctx.server.loras())
+  // llama.cpp's shape; the name a request's `model` may give is in GET /v1/models.
+  ctx.json(200, ctx.server.loras().map(({ id, path, scale }) => ({ id, path, scale })))
 }
 
 // The engine's bound on a LoRA scale (a request's `lora` beyond it is refused).

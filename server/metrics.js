@@ -57,10 +57,12 @@ class Metrics {
   }
 
   /**
-   * The text of a scrape. `status` is the engine's status() (or null while
-   * it loads), `queue` the admission queue.
+   * The text of a scrape: `lanes` are the loaded engines (`{ name, status,
+   * queue, loras }`, status null while one loads), `loading` the requests
+   * waiting for a model to load, `modelName` the model's name when there is
+   * one (the `model_name` label of the vLLM names).
    */
-  render(status, queue) {
+  render({ lanes, loading = 0, modelName = null }) {
     const out = []
     const metric = (name, type, help, samples) => {
       out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
@@ -71,6 +73,7 @@ class Metrics {
       h.buckets.forEach((b, i) => out.push(`${name}_bucket{le="${b}"} ${h.counts[i]}`))
       out.push(`${name}_bucket{le="+Inf"} ${h.count}`, `${name}_sum ${num(h.sum)}`, `${name}_count ${h.count}`)
     }
+    const g = gauges(lanes, loading)
     metric(
       'llama_engine_http_requests_total',
       'counter',
@@ -87,18 +90,70 @@ class Metrics {
     const drafters = [...this.drafters]
     metric('llama_engine_drafted_tokens_total', 'counter', 'Tokens drafted, by drafter.', drafters.map(([drafter, c]) => [{ drafter }, c.drafted]))
     metric('llama_engine_accepted_tokens_total', 'counter', 'Drafted tokens accepted, by drafter.', drafters.map(([drafter, c]) => [{ drafter }, c.accepted]))
-    metric('llama_engine_queue_depth', 'gauge', "Requests waiting: in the server's queue and in the engine's.", [
-      [{}, queue.waiting + (status?.queued ?? 0)],
-    ])
-    metric('llama_engine_slots_busy', 'gauge', 'Slots decoding a request (engine.status().active).', [[{}, status?.active ?? 0]])
-    metric('llama_engine_slots', 'gauge', 'Slots: requests decoded together (engine.status().parallel).', [[{}, status?.parallel ?? 0]])
+    metric('llama_engine_queue_depth', 'gauge', "Requests waiting: for a model to load, in the server's queue and in the engine's.", [[{}, g.waiting]])
+    metric('llama_engine_slots_busy', 'gauge', 'Slots decoding a request (engine.status().active).', [[{}, g.running]])
+    metric('llama_engine_slots', 'gauge', 'Slots: requests decoded together (engine.status().parallel).', [[{}, g.slots]])
+    metric('llama_engine_kv_cache_usage_ratio', 'gauge', 'KV cells held by running requests / KV cells of the loaded models (0-1).', [[{}, g.kvUsage]])
+    metric('llama_engine_kv_cache_cells', 'gauge', 'KV cells of the loaded models (contextSize x parallel each).', [[{}, g.kvCells]])
+    if (modelName === null) {
+      metric('llama_engine_models_loaded', 'gauge', 'Models loaded (serve --models).', [[{}, lanes.length]])
+      metric(
+        'llama_engine_model_requests_waiting',
+        'gauge',
+        'Requests waiting for a slot, by model.',
+        lanes.map((l) => [{ model: l.name }, (l.queue?.waiting ?? 0) + (l.status?.queued ?? 0)]),
+      )
+      metric('llama_engine_model_requests_running', 'gauge', 'Requests decoding, by model.', lanes.map((l) => [{ model: l.name }, l.status?.active ?? 0]))
+    }
+    // The model server protocol of the Kubernetes Gateway API Inference
+    // Extension, under vLLM's names: what its Endpoint Picker reads by default.
+    const vllm = modelName === null ? {} : { model_name: modelName }
+    metric('vllm:num_requests_waiting', 'gauge', 'Requests waiting (for a model to load, or for a slot).', [[vllm, g.waiting]])
+    metric('vllm:num_requests_running', 'gauge', 'Requests decoding in a slot.', [[vllm, g.running]])
+    metric('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage, 0-1: cells held by running requests / cells.', [[vllm, g.kvUsage]])
+    metric('vllm:gpu_cache_usage_perc', 'gauge', 'KV-cache usage, 0-1 (the name older Endpoint Pickers read).', [[vllm, g.kvUsage]])
+    if (g.adapters.length > 0) {
+      metric('vllm:lora_requests_info', 'gauge', 'LoRA adapters: loaded and ready (all of them), waiting (none: every adapter stays loaded), max; the value is when this was read.', [
+        [{ running_lora_adapters: g.adapters.join(','), waiting_lora_adapters: '', max_lora: String(g.adapters.length) }, Date.now() / 1000],
+      ])
+    }
     metric('process_resident_memory_bytes', 'gauge', "The server process's resident memory.", [[{}, process.memoryUsage.rss()]])
-    if (status?.isolation?.rss) metric('llama_engine_process_resident_memory_bytes', 'gauge', "The isolated engine process's resident memory.", [[{}, status.isolation.rss]])
-    metric('llama_engine_prompt_cache_bytes', 'gauge', "Bytes held by the engine's host-memory prompt cache.", [[{}, status?.promptCache?.bytes ?? 0]])
+    const rss = lanes.reduce((sum, l) => sum + (l.status?.isolation?.rss ?? 0), 0)
+    if (rss > 0) metric('llama_engine_process_resident_memory_bytes', 'gauge', "The isolated engine processes' resident memory.", [[{}, rss]])
+    metric('llama_engine_prompt_cache_bytes', 'gauge', "Bytes held by the engines' host-memory prompt caches.", [
+      [{}, lanes.reduce((sum, l) => sum + (l.status?.promptCache?.bytes ?? 0), 0)],
+    ])
     histogram('llama_engine_time_to_first_token_seconds', 'Seconds from the request to its first generated token (queueing and prefill included).', this.ttft)
     histogram('llama_engine_time_per_output_token_seconds', 'Seconds per generated token after the first.', this.perToken)
     return out.join('\n') + '\n'
   }
 }
 
-module.exports = { Metrics }
+/**
+ * The gauges over every loaded engine. Waiting: requests waiting for a
+ * model to load, in a server queue, or in an engine's (prepared, not yet
+ * in a slot). Running: requests in a slot. KV usage: cells the running
+ * requests' slots hold / cells (each slot has its own `contextSize` cells;
+ * an idle slot's cells are a cache any request may take, so they count as
+ * free, as vLLM counts cached blocks no request holds).
+ */
+function gauges(lanes, loading) {
+  let waiting = loading
+  let running = 0
+  let slots = 0
+  let kvCells = 0
+  let kvUsed = 0
+  const adapters = []
+  for (const { status, queue, loras } of lanes) {
+    waiting += (queue?.waiting ?? 0) + (status?.queued ?? 0)
+    if (!status) continue
+    running += status.active ?? 0
+    slots += status.parallel ?? 0
+    kvCells += (status.contextSize ?? 0) * (status.parallel ?? 0)
+    for (const s of status.slots ?? []) if (s.busy) kvUsed += s.cachedTokens ?? 0
+    for (const l of loras ?? []) if (!adapters.includes(l.name)) adapters.push(l.name)
+  }
+  return { waiting, running, slots, kvCells, kvUsage: kvCells > 0 ? Math.min(1, kvUsed / kvCells) : 0, adapters }
+}
+
+module.exports = { Metrics, gauges }

@@ -176,11 +176,22 @@ function completionRoute(kind) {
 
 const chatCompletion = completionRoute('chat')
 
+/**
+ * GET /v1/models: the model, and each LoRA adapter a request may name in
+ * `model` (as vLLM lists its `--lora-modules`, `parent` the base model);
+ * with many models (`serve --models`) every one, with its state as
+ * llama.cpp's router reports it (`status.value`: loaded, loading, unloaded,
+ * failed).
+ */
 function models(ctx) {
-  const id = ctx.modelName()
-  const model = { id, object: 'model', created: ctx.started, owned_by: 'llama-engine' }
+  const data = ctx.server.models().map((m) => {
+    const model = { id: m.name, object: 'model', created: ctx.started, owned_by: 'llama-engine' }
+    if (m.parent) model.parent = m.parent
+    model.status = { value: m.state, ...(m.pinned ? { pinned: true } : {}), ...(m.error ? { error: m.error } : {}) }
+    return model
+  })
   // Codex reads a `models` catalog beside OpenAI's `data`.
-  ctx.json(200, { object: 'list', data: [model], models: [{ ...model, name: id, model: id }] })
+  ctx.json(200, { object: 'list', data, models: data.map((m) => ({ ...m, name: m.id, model: m.id })) })
 }
 
 module.exports = {

@@ -28,6 +28,21 @@ function status() {
   return { ...engine.status(), addon: native.from, rss: process.memoryUsage.rss() }
 }
 
+// While requests run, the parent's status() (its slots, the cells they
+// hold: the server's /metrics) is refreshed four times a second, not only
+// when a request ends.
+const LIVE_STATUS_MS = 250
+let live = null
+function liveStatus() {
+  if (ids.size === 0) {
+    clearInterval(live)
+    live = null
+  } else if (live === null) {
+    live = setInterval(() => (ids.size > 0 && engine ? send({ t: 'status', status: status() }) : liveStatus()), LIVE_STATUS_MS)
+    live.unref()
+  }
+}
+
 /** A handle for calls whose events, or one answer, go back to the parent as `id`'s. */
 function forward(id, { events }) {
   return (out) => {
@@ -76,6 +91,7 @@ onMessage(async (msg) => {
     case 'submit':
       try {
         ids.set(msg.id, engine.submit(msg.json, forward(msg.id, { events: true })))
+        liveStatus()
       } catch (e) {
         send({ t: 'error', id: msg.id, error: wireError(e) })
       }

@@ -1,0 +1,255 @@
+'use strict'
+// Many models behind one server (`serve --models DIR`, `--model ALIAS=URI`):
+// the request's `model` picks one; a model not loaded is loaded on demand
+// (each engine isolated in its own child process), at most `modelsMax` at
+// once and at most `memoryMax` bytes by inspectModel's estimate, the least
+// recently used idle one unloaded first; `idleUnloadMs` unloads a model no
+// request used for that long; pinned models load at start and stay.
+// Requests for a model that is loading wait (at most `maxQueue` of them),
+// and count as queued in /metrics.
+
+const { ApiError } = require('./errors.js')
+const { Lane } = require('./lane.js')
+
+class Router {
+  #entries = new Map() // name -> entry
+  #lock = Promise.resolve() // room is made for one load at a time
+  #changed = [] // resolvers woken when a lane is released or unloaded
+  #closed = false
+  /** Requests waiting for their model to load (or for room to load it). */
+  waiting = 0
+
+  /**
+   * @param {{ name: string, uri: string, options?: object, pinned?: boolean }[]} models
+   * @param {{ modelsMax?: number, memoryMax?: number, idleUnloadMs?: number, maxQueue: number, graceMs?: number,
+   *   metrics: object, load: (model) => Promise<object>, estimate: (model) => Promise<number> }} options
+   *   `load` makes the engine of a model (`{ name, uri, options }`); `estimate` its bytes.
+   */
+  constructor(models, { modelsMax = Infinity, memoryMax = Infinity, idleUnloadMs = 0, maxQueue, graceMs = 10_000, metrics, load, estimate }) {
+    if (!Array.isArray(models) || models.length === 0) throw new TypeError('models: expected at least one model')
+    for (const m of models) {
+      if (!m || typeof m.name !== 'string' || m.name === '') throw new TypeError('models: each needs a name')
+      if (this.#entries.has(m.name)) throw new TypeError(`models: ${JSON.stringify(m.name)} is named twice`)
+      this.#entries.set(m.name, { ...m, pinned: m.pinned === true, state: 'unloaded', lane: null, bytes: Number.isFinite(m.bytes) ? m.bytes : null, error: null, loading: null, timer: null })
+    }
+    Object.assign(this, { modelsMax, memoryMax, idleUnloadMs, maxQueue, graceMs, metrics, loadEngine: load, estimate })
+    for (const e of this.#entries.values()) if (e.pinned) this.#ensureLoaded(e).catch(() => {})
+  }
+
+  /** Names of every model, in order. */
+  names() {
+    return [...this.#entries.keys()]
+  }
+
+  has(name) {
+    return this.#entries.has(name)
+  }
+
+  /** The loaded lanes (for /metrics). */
+  lanes() {
+    return [...this.#entries.values()].filter((e) => e.state === 'loaded').map((e) => e.lane)
+  }
+
+  /** Every model with its state, as GET /v1/models lists them. */
+  list() {
+    return [...this.#entries.values()].map((e) => ({
+      name: e.name,
+      uri: e.uri,
+      state: e.state,
+      pinned: e.pinned,
+      bytes: e.bytes,
+      error: e.state === 'failed' && e.error ? { code: e.error.code ?? 'INTERNAL', message: e.error.message } : null,
+      lastUsed: e.lane ? e.lane.lastUsed : null,
+      requests: e.lane ? e.lane.holds : 0,
+    }))
+  }
+
+  #entry(name) {
+    if (typeof name !== 'string' || name === '') {
+      if (this.#entries.size === 1) return this.#entries.values().next().value
+      throw new ApiError(400, `model: name one of the models (${this.names().join(', ')})`, { param: 'model' })
+    }
+    const entry = this.#entries.get(name)
+    if (!entry) {
+      throw new ApiError(404, `the model ${JSON.stringify(name)} does not exist (this server has: ${this.names().join(', ')})`, {
+        // OpenAI's type and code for it; Anthropic's shape says not_found_error (by the status).
+        type: 'invalid_request_error',
+        code: 'model_not_found',
+        param: 'model',
+      })
+    }
+    return entry
+  }
+
+  /** The name `model` resolves to (the only model when there is one and none is named). */
+  resolve(name) {
+    return this.#entry(name).name
+  }
+
+  /**
+   * The lane of model `name`, loaded if it was not, held until `release`.
+   * Rejects 404 for a model this server does not have, 429 when too many
+   * requests wait for loads, and with the load's error when it fails.
+   */
+  async acquire(name, signal) {
+    const entry = this.#entry(name)
+    if (this.#closed) throw closing()
+    while (entry.state !== 'loaded') {
+      if (this.#closed) throw closing()
+      if (this.waiting >= this.maxQueue) {
+        throw new ApiError(429, `the server is busy: ${this.waiting} requests are waiting for models to load (maxQueue ${this.maxQueue})`, {
+          type: 'rate_limit_error',
+          code: 'QUEUE_FULL',
+          headers: { 'Retry-After': '5' },
+        })
+      }
+      this.waiting++
+      try {
+        await withSignal(this.#ensureLoaded(entry), signal)
+      } finally {
+        this.waiting--
+      }
+    }
+    const lane = entry.lane
+    lane.holds++
+    lane.lastUsed = Date.now()
+    clearTimeout(entry.timer)
+    return lane
+  }
+
+  /** Gives back what `acquire` held; an idle model may then be unloaded. */
+  release(lane) {
+    lane.holds--
+    lane.lastUsed = Date.now()
+    const entry = [...this.#entries.values()].find((e) => e.lane === lane)
+    if (entry && lane.holds === 0 && !entry.pinned && this.idleUnloadMs > 0) {
+      clearTimeout(entry.timer)
+      entry.timer = setTimeout(() => {
+        if (entry.lane === lane && lane.holds === 0 && entry.state === 'loaded') this.#unload(entry, 0).catch(() => {})
+      }, this.idleUnloadMs)
+      entry.timer.unref?.()
+    }
+    this.#wake()
+  }
+
+  /** POST /models/load: loads `name` (making room as a request would); resolves when it is loaded. */
+  async load(name) {
+    const entry = this.#entry(name)
+    if (this.#closed) throw closing()
+    await this.#ensureLoaded(entry)
+    return entry.state
+  }
+
+  /** POST /models/unload: queued requests get 503, running ones finish (for the grace period), then the engine is disposed. */
+  async unload(name) {
+    const entry = this.#entry(name)
+    if (entry.state === 'loading') await entry.loading.catch(() => {})
+    if (entry.state !== 'loaded') return false
+    await this.#unload(entry, this.graceMs)
+    return true
+  }
+
+  /** Stops every model: as unload, all at once. */
+  async close(graceMs = this.graceMs) {
+    this.#closed = true
+    this.#wake()
+    await Promise.allSettled(
+      [...this.#entries.values()].map(async (e) => {
+        if (e.state === 'loading') await e.loading.catch(() => {})
+        if (e.state === 'loaded') await this.#unload(e, graceMs)
+      }),
+    )
+  }
+
+  #wake() {
+    for (const resolve of this.#changed.splice(0)) resolve()
+  }
+
+  #ensureLoaded(entry) {
+    if (entry.state === 'loaded') return Promise.resolve()
+    if (entry.state === 'loading') return entry.loading
+    entry.state = 'loading'
+    entry.error = null
+    entry.loading = this.#load(entry)
+    entry.loading.catch(() => {})
+    return entry.loading
+  }
+
+  async #load(entry) {
+    try {
+      if (entry.bytes == null) entry.bytes = await this.estimate(entry)
+      // One load makes room at a time; it counts as loaded from then on.
+      const turn = this.#lock.then(() => this.#makeRoom(entry))
+      this.#lock = turn.catch(() => {})
+      await turn
+      const lane = new Lane(this.loadEngine(entry), { name: entry.name, maxQueue: this.maxQueue, metrics: this.metrics })
+      await lane.ready
+      if (lane.loadError) throw lane.loadError
+      if (this.#closed) {
+        await lane.engine.dispose().catch(() => {})
+        throw closing()
+      }
+      entry.lane = lane
+      entry.state = 'loaded'
+    } catch (e) {
+      entry.state = 'failed'
+      entry.error = e
+      this.#wake()
+      throw e
+    }
+  }
+
+  /** Unloads the least recently used idle models until `entry` fits; waits for one to go idle when none is. */
+  async #makeRoom(entry) {
+    for (;;) {
+      if (this.#closed) throw closing()
+      const others = [...this.#entries.values()].filter((e) => e !== entry && (e.state === 'loaded' || e.state === 'loading'))
+      const bytes = others.reduce((sum, e) => sum + (e.bytes ?? 0), 0)
+      const fits = others.length + 1 <= this.modelsMax && bytes + entry.bytes <= this.memoryMax
+      if (fits) return
+      const pinned = others.filter((e) => e.pinned)
+      const pinnedBytes = pinned.reduce((sum, e) => sum + (e.bytes ?? 0), 0)
+      if (pinned.length + 1 > this.modelsMax || pinnedBytes + entry.bytes > this.memoryMax) {
+        throw new ApiError(
+          507,
+          `the model ${JSON.stringify(entry.name)} (${entry.bytes} bytes by its estimate) does not fit beside the pinned models (${pinned.length}, ${pinnedBytes} bytes) within --models-max ${this.modelsMax} and --memory-max ${this.memoryMax}`,
+          { type: 'server_error', code: 'MODEL_DOES_NOT_FIT' },
+        )
+      }
+      const idle = others.filter((e) => e.state === 'loaded' && !e.pinned && e.lane.holds === 0).sort((a, b) => a.lane.lastUsed - b.lane.lastUsed)
+      if (idle.length > 0) {
+        await this.#unload(idle[0], 0)
+        continue
+      }
+      await new Promise((resolve) => this.#changed.push(resolve))
+    }
+  }
+
+  async #unload(entry, graceMs) {
+    const lane = entry.lane
+    clearTimeout(entry.timer)
+    entry.state = 'unloaded'
+    entry.lane = null
+    try {
+      await lane.drain(graceMs)
+    } finally {
+      await lane.engine.dispose().catch(() => {})
+      this.#wake()
+    }
+  }
+}
+
+const closing = () => new ApiError(503, 'the server is shutting down', { type: 'server_error', code: 'SHUTTING_DOWN', close: true })
+
+/** `promise`, or a 499 as soon as the client goes away (the promise goes on). */
+function withSignal(promise, signal) {
+  if (!signal) return promise
+  if (signal.aborted) return Promise.reject(new ApiError(499, 'the client went away', { code: 'ABORTED' }))
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(new ApiError(499, 'the client went away', { code: 'ABORTED' }))
+    signal.addEventListener('abort', onAbort, { once: true })
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort))
+  })
+}
+
+module.exports = { Router }
