@@ -183,7 +183,6 @@ full('pinned and idle models', () => {
       await close(server)
     }
   })
-
 })
 
 ;(FULL ? test : test.skip)('`llama-engine serve --models DIR`: the model GGUFs of the directory (not projectors or adapters), named by file', async () => {
