@@ -165,6 +165,17 @@ export interface EngineOptions {
    */
   isolation?: 'none' | 'process'
   /**
+   * RPC workers (`'host:port'`, each a `llama-engine rpc-worker`): the
+   * target's layers are spread over them (llama.cpp's RPC back end, by the
+   * memory each offers), computed by the same CPU kernels as here: the same
+   * tokens and probabilities as a local run. A worker that cannot be reached
+   * fails the load (`MODEL_LOAD_FAILED` naming it). Implies `isolation:
+   * 'process'` (ggml ends the process that loses a worker; the request
+   * running then rejects `ENGINE_CRASHED`); `'none'` is refused. The draft
+   * model stays here. The protocol has no authentication: private networks only.
+   */
+  rpc?: string[]
+  /**
    * With `isolation: 'process'`: start a new child when one dies — at once,
    * then with backoff (1, 2, 4 … 30 s) while new children die before
    * answering anything. Default true.
@@ -581,6 +592,8 @@ export interface EngineStatus {
   batchInvariance?: string
   /** What the projector (`mmprojPath`) lets the model read; null without one. */
   media?: { vision: boolean; audio: boolean } | null
+  /** The RPC workers the target's layers are on (`rpc`); null without. */
+  rpc?: { workers: string[] } | null
   /**
    * The CPU back end computing: in the prebuilt addon, the variant chosen at
    * load for this CPU (e.g. `"haswell"`, `"skylakex"`, `"sapphirerapids"`;

@@ -69,6 +69,11 @@
 //             models): encode ms, into-the-cells ms and prompt ms per image
 //             size, a second question about the same image, and the longest
 //             gap a neighbour's stream sees while an image request starts.
+//   rpc       a model's layers over two loopback RPC workers (`llama-engine
+//             rpc-worker`, half the threads each) against the same model
+//             here, both isolated: decode and prefill tokens/s, alternated,
+//             on SmolLM2 Q4_1, gemma-3 Q4_K_M and the 1.5B when fetched
+//             (BENCH_RPC_MODELS). Not in the default list.
 //   prebuilt  the portable addon of `npm run prebuild` (npm/<triple>/, CPU
 //             variant chosen at run time) against the source build
 //             (-C target-cpu=native): plain decoding and prompt evaluation,
@@ -1208,6 +1213,85 @@ if (sections.has('isolation')) {
   console.log(`medians over ${REPEATS} fresh engines of each kind, alternated; ttft: a 2-token chat request without cache (median of 5); tok/s seen by the caller: ${N} tokens over the wall time of complete() with an event callback.`)
   console.log(`(isolation section: ${elapsed(since)})`)
   results.isolation = { rows, runs }
+}
+
+// rpc: a model's layers on two RPC workers on this machine (loopback)
+// against the same model here, both isolated (an engine with workers is).
+if (sections.has('rpc')) {
+  const since = Date.now()
+  const { spawn } = await import('node:child_process')
+  const net = await import('node:net')
+  const freePort = () =>
+    new Promise((resolve) => {
+      const s = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port } = s.address()
+        s.close(() => resolve(port))
+      })
+    })
+  const listening = async (port) => {
+    for (let i = 0; i < 200; i++) {
+      const ok = await new Promise((r) => {
+        const c = net.connect(port, '127.0.0.1', () => (c.end(), r(true))).on('error', () => r(false))
+      })
+      if (ok) return
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    throw new Error(`rpc-worker on ${port} did not start`)
+  }
+  const workerThreads = Math.max(1, Math.floor(THREADS / 2))
+  const ports = [await freePort(), await freePort()]
+  const workers = ports.map((port) =>
+    spawn(process.execPath, [join(root, 'bin', 'llama-engine.mjs'), 'rpc-worker', '--port', String(port), '--threads', String(workerThreads)], { stdio: 'ignore' }),
+  )
+  try {
+    for (const p of ports) await listening(p)
+    const list = (process.env.BENCH_RPC_MODELS || 'SmolLM2-135M-Instruct.Q4_1.gguf,gemma-3-270m-q4_k_m.gguf,Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf')
+      .split(',')
+      .filter((m) => existsSync(join(models, m)))
+    console.log(`\n## rpc: local against two loopback RPC workers (${workerThreads} thread${workerThreads > 1 ? 's' : ''} each; the engine ${THREADS} threads), both isolated`)
+    const prompt = FREE_PROMPTS.map((p) => p.messages[0].content).join(' ').repeat(12)
+    const rows = []
+    const all = {}
+    for (const m of list) {
+      const runs = { local: [], rpc: [] }
+      for (let r = 0; r < REPEATS; r++) {
+        for (const kind of r % 2 ? ['rpc', 'local'] : ['local', 'rpc']) {
+          const engine = await LlamaEngine.load({
+            modelPath: join(models, m),
+            contextSize: CONTEXT,
+            threads: THREADS,
+            isolation: 'process',
+            ...(kind === 'rpc' ? { rpc: ports.map((p) => `127.0.0.1:${p}`) } : {}),
+          })
+          const decode = await engine.complete({ prompt: 'Write a long story about a lighthouse keeper.', n_predict: N, temperature: 0, ignore_eos: true, speculative: { mode: 'off' } })
+          const prefill = await engine.complete({ prompt: `${prompt} ${r} ${kind}`, n_predict: 1, temperature: 0, cache_prompt: false })
+          runs[kind].push({ decode: decode.timings.predicted_per_second, prefill: prefill.timings.prompt_per_second, tokens: decode.completion_probabilities?.length })
+          await engine.dispose()
+        }
+      }
+      const ratio = (f) => {
+        const xs = runs.rpc.map((x, i) => f(x) / f(runs.local[i]))
+        return `${fmt(median(xs), 2)}x (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
+      }
+      const range = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`
+      rows.push({
+        model: m.replace(/\.gguf$/, ''),
+        'decode tok/s local': range(runs.local.map((x) => x.decode)),
+        'decode tok/s rpc': range(runs.rpc.map((x) => x.decode)),
+        'decode rpc/local': ratio((x) => x.decode),
+        'prefill tok/s local': range(runs.local.map((x) => x.prefill)),
+        'prefill tok/s rpc': range(runs.rpc.map((x) => x.prefill)),
+        'prefill rpc/local': ratio((x) => x.prefill),
+      })
+      all[m] = runs
+    }
+    table(rows, Object.keys(rows[0]))
+    console.log(`${REPEATS} fresh engines of each kind, alternated; decode: ${N} greedy tokens; prefill: a ~1,000-token prompt never seen. Ratios pair run by run (median, min–max).`)
+    results.rpc = { rows, runs: all }
+  } finally {
+    for (const w of workers) w.kill()
+  }
+  console.log(`(rpc section: ${elapsed(since)})`)
 }
 
 // multimodal: images through the projector (the test fixtures of

@@ -54,6 +54,7 @@ const OPTIONS = {
   model: { type: 'string', short: 'm' },
   draft: { type: 'string' },
   mmproj: { type: 'string' },
+  rpc: { type: 'string' },
   image: { type: 'string', multiple: true },
   lora: { type: 'string', multiple: true },
   ...Object.fromEntries(SPECULATIVE_FLAGS.map((f) => fieldOption(f.flag, f))),
@@ -94,6 +95,9 @@ export const USAGE = `Usage: llama-engine [options] [--prompt TEXT]   (the promp
        llama-engine inspect PATH|URI [--json] [--ctx N] [--parallel N] [--offline]
                                                 what a GGUF holds, and the memory a context of N
                                                 tokens takes (without loading the weights)
+       llama-engine rpc-worker [--host 127.0.0.1] [--port 50052] [--threads N] [--mem MB]
+                                                serve this machine's CPU to engines loaded with
+                                                --rpc (llama.cpp's RPC back end; see rpc-worker --help)
 
 Models:
   -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
@@ -102,6 +106,7 @@ Models:
       --mmproj PATH         the model's multimodal projector (mmproj GGUF): images in --chat
       --image FILE          an image (or audio file) for the first user message; repeats
       --lora PATH[:SCALE]   a LoRA adapter (GGUF) applied at SCALE (default 1); repeats
+      --rpc HOST:PORT,…     the model's layers on these RPC workers (llama-engine rpc-worker)
   -c, --ctx-size N          context size (default 4096, capped at the model's)
   -t, --threads N           threads (default: available parallelism)
 
@@ -225,6 +230,10 @@ function loadOptions(v, env) {
   const load = { modelPath: v.model !== undefined ? where(v.model) : join(modelsDir, DEFAULT_MODEL) }
   if (v.draft !== undefined) load.draftModelPath = where(v.draft)
   if (v.mmproj !== undefined) load.mmprojPath = where(v.mmproj)
+  if (v.rpc !== undefined) {
+    load.rpc = v.rpc.split(',').map((w) => w.trim())
+    if (load.rpc.some((w) => w === '')) throw new UsageError('--rpc: expected HOST:PORT[,HOST:PORT…]')
+  }
   if (v.lora !== undefined) load.loras = v.lora.map((spec) => loraOption(spec, where))
   if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
@@ -369,6 +378,7 @@ const SERVE_OPTIONS = {
   pin: { type: 'string', multiple: true },
   draft: OPTIONS.draft,
   mmproj: OPTIONS.mmproj,
+  rpc: OPTIONS.rpc,
   'allow-remote-media': { type: 'boolean' },
   'ctx-size': OPTIONS['ctx-size'],
   threads: OPTIONS.threads,
@@ -406,6 +416,7 @@ Model:
       --allow-remote-media  also fetch http(s) image URLs (at most 20 MiB, 10 s each)
       --lora PATH[:SCALE]   a LoRA adapter (GGUF) at SCALE (default 1); repeats; ids in
                             this order (request field lora, GET/POST /lora-adapters)
+      --rpc HOST:PORT,…     the model's layers on these RPC workers (llama-engine rpc-worker)
   -c, --ctx-size N          context size per slot (default 4096)
   -t, --threads N           threads (default: available parallelism)
       --parallel N          requests decoded together (default 4)
@@ -878,10 +889,103 @@ async function inspect(argv) {
   }
 }
 
+export const RPC_WORKER_USAGE = `Usage: llama-engine rpc-worker [options]
+
+Serves this machine's CPU back end to engines loaded with --rpc HOST:PORT
+(EngineOptions.rpc): llama.cpp's RPC back end (ggml-rpc). The engine sends
+the weights of its layers here and computes them here, with the same CPU
+kernels as a local run.
+
+The protocol has no authentication and no encryption: anyone who can
+connect can make it compute, allocate memory and read what it holds. It
+listens on 127.0.0.1 unless --allow-network is given; run it on a private
+network only.
+
+  --host ADDR         address to listen on (default 127.0.0.1)
+  --port N            port (default 50052)
+  -t, --threads N     threads (default: available parallelism)
+  --mem MB            memory it offers (the share of layers it gets), at most what is free
+  --cache DIR         keep tensors it was sent in DIR, so a reload sends only their hashes
+  --allow-network     listen on an address other than loopback
+  -h, --help          this help
+`
+
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])$/
+
+/** Parses `rpc-worker`'s flags into { help, endpoint, threads, mem, cache }. Throws UsageError. */
+export function parseRpcWorker(argv) {
+  let v
+  try {
+    ;({ values: v } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        host: { type: 'string' },
+        port: { type: 'string' },
+        threads: { type: 'string', short: 't' },
+        mem: { type: 'string' },
+        cache: { type: 'string' },
+        'allow-network': { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }))
+  } catch (e) {
+    const unknown = /^Unknown option '([^']*)'/.exec(e.message)
+    throw new UsageError(unknown ? `unknown option ${unknown[1]}` : e.message)
+  }
+  const host = v.host ?? '127.0.0.1'
+  if (!LOOPBACK.test(host) && !v['allow-network']) {
+    throw new UsageError(`--host ${host}: the RPC protocol has no authentication; listening beyond loopback needs --allow-network`)
+  }
+  const port = number('port', v.port ?? '50052', 'int')
+  if (port < 1 || port > 65535) throw new UsageError(`--port: expected 1..65535, got ${port}`)
+  const threads = v.threads === undefined ? undefined : number('threads', v.threads, 'int')
+  if (threads !== undefined && threads < 1) throw new UsageError('--threads: expected a positive integer')
+  const mem = v.mem === undefined ? undefined : number('mem', v.mem, 'int')
+  if (mem !== undefined && mem < 1) throw new UsageError('--mem: expected a positive number of MB')
+  const bare = host.replace(/^\[(.*)\]$/, '$1')
+  return { help: Boolean(v.help), endpoint: bare.includes(':') ? `[${bare}]:${port}` : `${bare}:${port}`, threads, mem, cache: v.cache }
+}
+
+/** `llama-engine rpc-worker`: serves until killed; resolves with an exit code only when it cannot start. */
+async function rpcWorker(argv) {
+  const { stdout, stderr } = process
+  let cli
+  try {
+    cli = parseRpcWorker(argv)
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e
+    stderr.write(`llama-engine rpc-worker: ${e.message}\n\n${RPC_WORKER_USAGE}`)
+    return 2
+  }
+  if (cli.help) {
+    stdout.write(RPC_WORKER_USAGE)
+    return 0
+  }
+  const require = createRequire(import.meta.url)
+  const { binding } = require('../lib/addon/native.js')
+  if (typeof binding.rpcAvailable !== 'function' || !binding.rpcAvailable()) {
+    stderr.write('llama-engine rpc-worker: this build of llama-engine has no RPC back end\n')
+    return 1
+  }
+  // What the worker reports as free memory: llama.cpp gives each worker a
+  // share of the layers in proportion to it (read by ggml-rpc, patch 0011).
+  if (cli.mem !== undefined) process.env.LLAMA_ENGINE_RPC_MEM_BYTES = String(cli.mem * 1024 * 1024)
+  const { availableParallelism } = await import('node:os')
+  try {
+    await binding.rpcServe(cli.endpoint, cli.threads ?? availableParallelism(), cli.cache)
+  } catch (e) {
+    stderr.write(`llama-engine rpc-worker: ${e.message}\n`)
+  }
+  return 1
+}
+
 export async function main(argv = process.argv.slice(2)) {
   if (argv[0] === 'serve') return serve(argv.slice(1))
   if (argv[0] === 'pull') return pull(argv.slice(1))
   if (argv[0] === 'inspect') return inspect(argv.slice(1))
+  if (argv[0] === 'rpc-worker') return rpcWorker(argv.slice(1))
   const { stdout, stderr } = process
   let cli
   try {

@@ -60,8 +60,16 @@ class LlamaEngine {
     if (onProgress != null && typeof onProgress !== 'function') {
       throw engineError('INVALID_REQUEST', 'onProgress: expected a function')
     }
-    const { isolation: mode = 'none', restart = true, restartWaitMs } = rest
+    // RPC workers: a worker lost mid-request ends the process using it
+    // (ggml-rpc aborts), so such an engine always runs in a child process.
+    const rpc = Array.isArray(rest.rpc) && rest.rpc.length > 0
+    const { isolation: mode = rpc ? 'process' : 'none', restart = true, restartWaitMs } = rest
     if (mode !== 'none' && mode !== 'process') throw engineError('INVALID_REQUEST', "isolation: expected 'none' or 'process'")
+    if (rpc && mode !== 'process') {
+      const e = engineError('INVALID_REQUEST', "isolation: rpc needs 'process' (a worker lost mid-request ends the process that uses it)")
+      e.field = 'isolation'
+      throw e
+    }
     if (typeof restart !== 'boolean') throw engineError('INVALID_REQUEST', 'restart: expected a boolean')
     if (restartWaitMs !== undefined && !(Number.isInteger(restartWaitMs) && restartWaitMs >= 0)) {
       throw engineError('INVALID_REQUEST', 'restartWaitMs: expected a non-negative integer (ms)')

@@ -221,8 +221,12 @@ while (queue.length) {
   }
 }
 const variantName = /^(?:lib)?ggml-cpu-(.+)\.(?:so|dll)$/
-const variants = readdirSync(join(out, 'backends')).filter((f) => variantName.test(f))
-for (const f of variants) {
+// The CPU variants, and the RPC back end (EngineOptions.rpc, rpc-worker),
+// a module of its own in this build, loaded when a model names workers.
+const moduleName = /^(?:lib)?ggml-(cpu-.+|rpc)\.(?:so|dll)$/
+const modules = readdirSync(join(out, 'backends')).filter((f) => moduleName.test(f))
+const variants = modules.filter((f) => variantName.test(f))
+for (const f of modules) {
   copyFileSync(realpathSync(join(out, 'backends', f)), join(pkgDir, f))
   for (const name of needed(join(pkgDir, f))) {
     if (copied.has(name)) continue
@@ -264,6 +268,7 @@ const files = readdirSync(pkgDir).filter(isLib)
 const mb = files.reduce((s, f) => s + statSync(join(pkgDir, f)).size, 0) / 1048576
 console.log(
   `llama-engine: ${pkg.name} in ${relative(root, pkgDir)}/: ${basename(addon)}, ${[...copied].join(', ')}, ` +
-    `${variants.length} CPU variants (${variants.map((v) => variantName.exec(v)[1]).join(', ')}); ` +
+    `${variants.length} CPU variants (${variants.map((v) => variantName.exec(v)[1]).join(', ')})` +
+    `${modules.length > variants.length ? `, ${modules.filter((f) => !variantName.test(f)).join(', ')}` : ''}; ` +
     `${mb.toFixed(1)} MiB; system libraries: ${[...system].sort().join(', ')}; ${((Date.now() - t0) / 1000).toFixed(0)} s`,
 )

@@ -75,6 +75,27 @@ export interface CreateServerOptions extends ServerOptions {
   model?: string
   engineOptions?: Omit<EngineOptions, 'modelPath'>
   /**
+   * Instead of `engine` and `model`: many models behind one server
+   * (`serve --models`). The request's `model` picks one (a request naming
+   * none gets the only one, when there is one); a model not loaded is
+   * loaded on demand with `engineOptions` and its own `options`, in its own
+   * child process (`isolation: 'process'` unless its options say
+   * otherwise); requests for it wait meanwhile (at most `maxQueue`,
+   * counted as queued in /metrics). An unknown model answers 404 in each
+   * protocol's shape. `pinned` models load at start and are never
+   * unloaded. `bytes`: its memory, else inspectModel's estimate for its
+   * context and slots. GET /v1/models lists every model with its state
+   * (`status.value`: `unloaded`, `loading`, `loaded`, `failed`); POST
+   * /models/load and /models/unload `{ model }` load and unload one.
+   */
+  models?: { name: string; uri: string; options?: Omit<EngineOptions, 'modelPath'>; pinned?: boolean; bytes?: number }[]
+  /** With `models`: at most this many loaded at once (the least recently used idle one is unloaded first). Default: no limit. */
+  modelsMax?: number
+  /** With `models`: at most this many bytes loaded, by each model's estimate. Default: no limit. */
+  memoryMax?: number
+  /** With `models`: unload a model no request used for this long (ms). Default: never. */
+  idleUnloadMs?: number
+  /**
    * While listening, SIGTERM and SIGINT shut the server down gracefully
    * (`shutdown()`), then end the process as the signal would have; a second
    * signal ends it at once. Default true.
@@ -98,6 +119,17 @@ export interface LlamaEngineServer extends Server {
   shutdown(options?: ShutdownOptions): Promise<void>
   /** What the Responses API keeps (`store`). */
   readonly responses: KeptResponses
+  /** With `models`: the router (null over one engine). */
+  readonly router: ModelRouter | null
+}
+
+export interface ModelRouter {
+  /** Every model, with its state. */
+  list(): { name: string; uri: string; state: 'unloaded' | 'loading' | 'loaded' | 'failed'; pinned: boolean; bytes: number | null; error: { code: string; message: string } | null; lastUsed: number | null; requests: number }[]
+  /** Loads a model (making room as a request would). */
+  load(name: string): Promise<string>
+  /** Unloads a model: its queued requests get 503, running ones may finish for the grace period. Resolves with whether it was loaded. */
+  unload(name: string): Promise<boolean>
 }
 
 export interface KeptResponses {
@@ -128,7 +160,7 @@ export type FetchHandler = ((request: Request) => Promise<Response>) & {
   close(options?: CloseOptions): Promise<void>
 }
 
-/** A node:http server, not yet listening, over one engine. */
+/** A node:http server, not yet listening, over one engine (or, with `models`, many). */
 export declare function createServer(options: CreateServerOptions): LlamaEngineServer
 
 /**

@@ -399,6 +399,7 @@ impl NativeEngine {
                 "cachedTokens": s.cached,
             })).collect::<Vec<_>>(),
             "media": info.media.map(|(vision, audio)| json!({ "vision": vision, "audio": audio })),
+            "rpc": if info.rpc.is_empty() { Value::Null } else { json!({ "workers": info.rpc }) },
             "loras": info.loras.iter().enumerate().map(|(i, (path, scale))| json!({ "id": i, "path": path, "scale": scale })).collect::<Vec<_>>(),
             "ngramCache": {
                 "dynamicEntries": ngram_dynamic,
@@ -545,6 +546,44 @@ impl EngineTask for InspectTask {
 pub fn inspect_model(env: &Env, options_json: String) -> Result<AsyncTask<Off<InspectTask>>> {
     let options = or_throw(env, parse_json(&options_json, "options").and_then(|v| parse_engine_options(&v)))?;
     Ok(AsyncTask::new(Off(InspectTask { options })))
+}
+
+pub struct RpcServeTask {
+    endpoint: String,
+    threads: usize,
+    cache_dir: Option<String>,
+}
+
+impl EngineTask for RpcServeTask {
+    type Output = ();
+    type JsValue = ();
+
+    fn run(&mut self) -> EngineResult<()> {
+        llama_engine_runtime::rpc::serve(&self.endpoint, self.threads, self.cache_dir.as_deref())
+    }
+
+    fn to_js(&mut self, _env: &Env, _: ()) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Serves this process's CPU back end to RPC clients on `endpoint`
+/// (`host:port`) with `threads` threads: `llama-engine rpc-worker`. The
+/// promise settles only when the worker could not start (it rejects).
+#[napi(ts_return_type = "Promise<void>")]
+pub fn rpc_serve(env: &Env, endpoint: String, threads: u32, cache_dir: Option<String>) -> Result<AsyncTask<Off<RpcServeTask>>> {
+    let endpoint = or_throw(
+        env,
+        llama_engine_core::request::options::rpc_endpoint(&endpoint)
+            .map_err(|why| EngineError::invalid("endpoint", format!("{why}, got {endpoint:?}"))),
+    )?;
+    Ok(AsyncTask::new(Off(RpcServeTask { endpoint, threads: threads.max(1) as usize, cache_dir })))
+}
+
+/// Whether this build has ggml's RPC back end (`rpc`, `rpc-worker`).
+#[napi]
+pub fn rpc_available() -> bool {
+    llama_engine_runtime::rpc::available()
 }
 
 /// `status().gpu`: the devices of the GPU back end, how many layers of each

@@ -299,6 +299,37 @@ pub fn load_cpu_backend() -> std::result::Result<String, String> {
         .clone()
 }
 
+/// Registers the RPC back end (`engine::rpc`) where it is a module of its
+/// own: the portable build ships `libggml-rpc.so` (`ggml-rpc.dll`) beside
+/// the addon. Elsewhere ggml registers it at start; a build without it
+/// leaves the registry without "RPC" (and `rpc` says so).
+pub fn load_rpc_backend() {
+    #[cfg(feature = "prebuilt")]
+    {
+        static LOADED: std::sync::Once = std::sync::Once::new();
+        LOADED.call_once(|| {
+            // SAFETY: a registry lookup by name.
+            if !unsafe { llama_cpp_sys_2::ggml_backend_reg_by_name(c"RPC".as_ptr()) }.is_null() {
+                return;
+            }
+            let Some(dir) = addon_dir() else { return };
+            let names = if cfg!(windows) { ["ggml-rpc.dll", "libggml-rpc.dll"] } else { ["libggml-rpc.so", "ggml-rpc.so"] };
+            for name in names {
+                let path = dir.join(name);
+                if !path.is_file() {
+                    continue;
+                }
+                quiet_logs();
+                if let Ok(c) = std::ffi::CString::new(path.to_string_lossy().as_bytes()) {
+                    // SAFETY: registers the module with ggml's back-end registry.
+                    unsafe { llama_cpp_sys_2::ggml_backend_load(c.as_ptr()) };
+                }
+                return;
+            }
+        });
+    }
+}
+
 /// The file of the CPU variant loaded (`load_cpu_backend`).
 #[cfg(feature = "prebuilt")]
 static VARIANT_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();

@@ -49,6 +49,7 @@ pub mod media;
 pub mod memory;
 pub mod model;
 mod prepare;
+pub mod rpc;
 pub mod sampler;
 mod session;
 pub mod shared;

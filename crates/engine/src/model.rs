@@ -86,6 +86,8 @@ pub struct ModelInfo {
     pub n_embd: usize,
     /// LoRA adapters loaded (path, default scale), ids in this order.
     pub loras: Vec<(String, f32)>,
+    /// The RPC workers the target's layers are on (`rpc`), in order.
+    pub rpc: Vec<String>,
     /// What the projector (`mmprojPath`) lets the model read: images, audio.
     pub media: Option<(bool, bool)>,
 }
@@ -97,7 +99,10 @@ pub struct Loaded {
     pub weight_types: Vec<String>,
 }
 
-pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Result<Loaded> {
+/// Loads the model at `path`: `gpu_layers` of its layers on the GPU back
+/// end, or, with `rpc` (ggml device indices of RPC workers,
+/// `engine::rpc::devices`), every layer spread over those workers.
+pub fn load_model(path: &str, gpu_layers: u32, rpc: &[usize], progress: Option<Progress>) -> Result<Loaded> {
     let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: {why}"));
     let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
     if !meta.is_file() {
@@ -112,7 +117,11 @@ pub fn load_model(path: &str, gpu_layers: u32, progress: Option<Progress>) -> Re
     weight_types.dedup();
     let backend = backend()?;
     let mut params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
-    if gpu_layers == 0 || !super::gpu::has_device() {
+    if !rpc.is_empty() {
+        // Every layer (and the output) on the workers, split by the memory
+        // each reports; the token embeddings stay here, as llama.cpp keeps them.
+        params = params.with_n_gpu_layers(u32::MAX / 2).with_devices(rpc).map_err(|e| fail(e.to_string()))?;
+    } else if gpu_layers == 0 || !super::gpu::has_device() {
         // No GPU device at all (an empty list, not the default "all"): not
         // even ggml's offload of large CPU batches, which would compute them
         // in another order than the CPU does.
@@ -308,6 +317,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         causal: arch_meta(model, "attention.causal").is_none_or(|v| v.trim() != "false"),
         n_embd: model.n_embd_out().max(0) as usize,
         loras: Vec::new(),
+        rpc: opts.rpc.clone(),
         media: None,
     }
 }

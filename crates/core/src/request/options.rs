@@ -46,7 +46,13 @@ pub struct EngineOptions {
     /// The file the load-time self-check's verdicts are kept in across
     /// processes (`cache::verdicts`); `None`: only in this process.
     pub self_check_cache: Option<String>,
+    /// ggml RPC workers (`host:port`, `llama-engine rpc-worker`) the model's
+    /// layers are spread over.
+    pub rpc: Vec<String>,
 }
+
+/// RPC workers a model may use at most (llama.cpp's device limit).
+pub const MAX_RPC_WORKERS: usize = 16;
 
 /// A LoRA adapter to load, and the scale requests without `lora` use.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,7 +102,52 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
             _ => path(obj, "selfCheckCache")
                 .map_err(|e| EngineError::invalid("selfCheckCache", format!("expected a path or false ({})", e.message)))?,
         },
+        rpc: rpc(obj)?,
     })
+}
+
+/// `rpc`: `['host:port', …]`, each a host name, an IPv4 address or a
+/// bracketed IPv6 address, and a port 1..65535; no worker twice.
+fn rpc(obj: &Map<String, Value>) -> Result<Vec<String>> {
+    let items = match obj.get("rpc") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(EngineError::invalid("rpc", "expected an array of 'host:port' strings")),
+    };
+    if items.len() > MAX_RPC_WORKERS {
+        return Err(EngineError::invalid("rpc", format!("at most {MAX_RPC_WORKERS} workers, got {}", items.len())));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("rpc[{i}]");
+        let s = item.as_str().ok_or_else(|| EngineError::invalid(&field, "expected a 'host:port' string"))?;
+        let endpoint = rpc_endpoint(s).map_err(|why| EngineError::invalid(&field, format!("{why}, got {s:?}")))?;
+        if out.contains(&endpoint) {
+            return Err(EngineError::invalid(&field, format!("{endpoint} is named twice")));
+        }
+        out.push(endpoint);
+    }
+    Ok(out)
+}
+
+/// One worker's `host:port`, checked (ggml parses it by its last `:`).
+pub fn rpc_endpoint(s: &str) -> std::result::Result<String, String> {
+    let (host, port) = s.rsplit_once(':').ok_or("expected 'host:port'")?;
+    let port: u16 = port.parse().ok().filter(|&p| p > 0).ok_or("expected a port 1..65535 after the last ':'")?;
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let ok = match bare {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host.len() <= 253
+                && host.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+                && !host.starts_with(['-', '.'])
+        }
+    };
+    if !ok {
+        return Err("expected a host name, an IPv4 address or [an IPv6 address] before the port".into());
+    }
+    Ok(format!("{host}:{port}"))
 }
 
 fn loras(obj: &Map<String, Value>) -> Result<Vec<LoraOption>> {
@@ -205,6 +256,30 @@ fn int(obj: &Map<String, Value>, field: &str, min: i64, max: i64) -> Result<Opti
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn rpc_workers() {
+        let o = parse_engine_options(&json!({ "modelPath": "m", "rpc": ["127.0.0.1:50052", "worker-2.local:7000", "[::1]:1"] })).unwrap();
+        assert_eq!(o.rpc, ["127.0.0.1:50052", "worker-2.local:7000", "[::1]:1"]);
+        assert!(parse_engine_options(&json!({ "modelPath": "m" })).unwrap().rpc.is_empty());
+        for (bad, field) in [
+            (json!("127.0.0.1:1"), "rpc"),
+            (json!([1]), "rpc[0]"),
+            (json!(["127.0.0.1"]), "rpc[0]"),
+            (json!(["127.0.0.1:0"]), "rpc[0]"),
+            (json!(["127.0.0.1:65536"]), "rpc[0]"),
+            (json!([":80"]), "rpc[0]"),
+            (json!(["a b:80"]), "rpc[0]"),
+            (json!(["::1:80"]), "rpc[0]"),
+            (json!(["[zz]:80"]), "rpc[0]"),
+            (json!(["h:1", "h:1"]), "rpc[1]"),
+        ] {
+            let e = parse_engine_options(&json!({ "modelPath": "m", "rpc": bad })).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{bad}");
+        }
+        let many: Vec<String> = (1..=17).map(|p| format!("h:{p}")).collect();
+        assert!(parse_engine_options(&json!({ "modelPath": "m", "rpc": many })).is_err());
+    }
 
     #[test]
     fn defaults_and_fields() {

@@ -57,11 +57,13 @@ impl Models {
                 }) as Progress
             })
         };
-        let loaded = model::load_model(&opts.model_path, opts.gpu_layers, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
+        // The target's layers on RPC workers when `rpc` names them (the draft stays here).
+        let rpc = super::rpc::devices(&opts.rpc)?;
+        let loaded = model::load_model(&opts.model_path, opts.gpu_layers, &rpc, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
         let (target, mut weight_types) = (loaded.model, loaded.weight_types);
         let draft = match &opts.draft_model_path {
             Some(path) => {
-                let loaded = model::load_model(path, opts.draft_gpu_layers, part(0.5, 0.5))?;
+                let loaded = model::load_model(path, opts.draft_gpu_layers, &[], part(0.5, 0.5))?;
                 model::check_compatible(&target, &loaded.model)?;
                 weight_types.extend(loaded.weight_types);
                 weight_types.sort();
