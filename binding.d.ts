@@ -104,7 +104,6 @@ export declare function buildInfo(): { dynamicBackends: boolean }
  */
 export declare function configureGpu(path?: string | undefined | null, reason?: string | undefined | null): boolean
 
-/** The stable `code` of every error the engine raises. */
 /**
  * Every drafter, in the order a request's chain tries them: its name (a
  * `speculative.mode` word and a token `source`), when it runs, whether it
@@ -112,7 +111,15 @@ export declare function configureGpu(path?: string | undefined | null, reason?: 
  */
 export declare function drafters(): Record<string, unknown>[]
 
+/** The stable `code` of every error the engine raises. */
 export declare function errorCodes(): Array<string>
+
+/**
+ * Describes the GGUF at `optionsJson`'s `modelPath` (a model or a LoRA
+ * adapter) and the memory a context of its `contextSize` and `parallel`
+ * would take, without loading the weights; resolves with JSON.
+ */
+export declare function inspectModel(optionsJson: string): Promise<string>
 
 /**
  * Tokens' texts as one string and where each ends (UTF-16 offsets), so
@@ -139,17 +146,20 @@ export declare function probeGpu(path: string): { ok: boolean, devices?: Record<
 export declare function quantizeModel(input: string, output: string, ftype: string): Promise<void>
 
 /**
- * Describes the GGUF at `optionsJson`'s `modelPath` (a model or a LoRA
- * adapter) and the memory a context of its `contextSize` and `parallel`
- * would take, without loading the weights; resolves with JSON.
- */
-export declare function inspectModel(optionsJson: string): Promise<string>
-
-/**
  * Every request field: name, TypeScript type, kind, range, default and a
  * line of documentation (the one list the parser checks against).
  */
 export declare function requestFields(): Record<string, unknown>[]
+
+/** Whether this build has ggml's RPC back end (`rpc`, `rpc-worker`). */
+export declare function rpcAvailable(): boolean
+
+/**
+ * Serves this process's CPU back end to RPC clients on `endpoint`
+ * (`host:port`) with `threads` threads: `llama-engine rpc-worker`. The
+ * promise settles only when the worker could not start (it rejects).
+ */
+export declare function rpcServe(endpoint: string, threads: number, cacheDir?: string | undefined | null): Promise<void>
 
 /**
  * The keys of every result and event shape the engine emits, by the name
