@@ -127,6 +127,11 @@ test('/metrics: Prometheus text a parser reads, with requests, tokens, drafters,
     expect(families.llama_engine_queue_depth.type).toBe('GAUGE')
     expect(value('llama_engine_slots')).toBe(2)
     expect(value('llama_engine_slots_busy')).toBe(0)
+    // The inference gateway's gauges (gateway.test.js checks them busy, in test:full).
+    expect(value('vllm:num_requests_waiting')).toBe(0)
+    expect(value('vllm:num_requests_running')).toBe(0)
+    expect(value('vllm:kv_cache_usage_perc')).toBe(0)
+    expect(families['vllm:num_requests_running'].metrics[0].labels.model_name).toBe(engine.status().model)
     expect(families.llama_engine_drafted_tokens_total.type).toBe('COUNTER')
     for (const m of families.llama_engine_drafted_tokens_total.metrics) expect(typeof m.labels.drafter).toBe('string')
     const ttft = families.llama_engine_time_to_first_token_seconds

@@ -14,7 +14,7 @@
 // 2 bad command line, 130 interrupted by Ctrl-C (143 for SIGTERM).
 // Importable: `main(argv)` runs the CLI and resolves with the exit code
 // (scripts/demo.mjs uses it).
-import { existsSync, readdirSync, readFileSync, realpathSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync } from 'node:fs'
 import { createInterface } from 'node:readline'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -972,6 +972,15 @@ async function rpcWorker(argv) {
   // What the worker reports as free memory: llama.cpp gives each worker a
   // share of the layers in proportion to it (read by ggml-rpc, patch 0011).
   if (cli.mem !== undefined) process.env.LLAMA_ENGINE_RPC_MEM_BYTES = String(cli.mem * 1024 * 1024)
+  if (cli.cache !== undefined) {
+    // ggml writes the tensors it is sent into the directory: it must exist.
+    try {
+      mkdirSync(cli.cache, { recursive: true })
+    } catch (e) {
+      stderr.write(`llama-engine rpc-worker: --cache ${cli.cache}: ${e.code || e.message}\n`)
+      return 1
+    }
+  }
   const { availableParallelism } = await import('node:os')
   try {
     await binding.rpcServe(cli.endpoint, cli.threads ?? availableParallelism(), cli.cache)
