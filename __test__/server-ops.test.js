@@ -132,6 +132,8 @@ test('/metrics: Prometheus text a parser reads, with requests, tokens, drafters,
     expect(value('vllm:num_requests_running')).toBe(0)
     expect(value('vllm:kv_cache_usage_perc')).toBe(0)
     expect(families['vllm:num_requests_running'].metrics[0].labels.model_name).toBe(engine.status().model)
+    // No adapters: both lists empty (the Endpoint Picker skips the series, and finds the family).
+    expect(families['vllm:lora_requests_info'].metrics[0].labels).toEqual({ running_lora_adapters: '', waiting_lora_adapters: '', max_lora: '0' })
     expect(families.llama_engine_drafted_tokens_total.type).toBe('COUNTER')
     for (const m of families.llama_engine_drafted_tokens_total.metrics) expect(typeof m.labels.drafter).toBe('string')
     const ttft = families.llama_engine_time_to_first_token_seconds

@@ -112,11 +112,11 @@ class Metrics {
     metric('vllm:num_requests_running', 'gauge', 'Requests decoding in a slot.', [[vllm, g.running]])
     metric('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage, 0-1: cells held by running requests / cells.', [[vllm, g.kvUsage]])
     metric('vllm:gpu_cache_usage_perc', 'gauge', 'KV-cache usage, 0-1 (the name older Endpoint Pickers read).', [[vllm, g.kvUsage]])
-    if (g.adapters.length > 0) {
-      metric('vllm:lora_requests_info', 'gauge', 'LoRA adapters: loaded and ready (all of them), waiting (none: every adapter stays loaded), max; the value is when this was read.', [
-        [{ running_lora_adapters: g.adapters.join(','), waiting_lora_adapters: '', max_lora: String(g.adapters.length) }, Date.now() / 1000],
-      ])
-    }
+    // Also without adapters (both lists empty, which the Endpoint Picker
+    // skips): it reports a missing family as an error at every scrape.
+    metric('vllm:lora_requests_info', 'gauge', 'LoRA adapters: loaded and ready (all of them), waiting (none: every adapter stays loaded), max; the value is when this was read.', [
+      [{ running_lora_adapters: g.adapters.join(','), waiting_lora_adapters: '', max_lora: String(g.adapters.length) }, Date.now() / 1000],
+    ])
     metric('process_resident_memory_bytes', 'gauge', "The server process's resident memory.", [[{}, process.memoryUsage.rss()]])
     const rss = lanes.reduce((sum, l) => sum + (l.status?.isolation?.rss ?? 0), 0)
     if (rss > 0) metric('llama_engine_process_resident_memory_bytes', 'gauge', "The isolated engine processes' resident memory.", [[{}, rss]])
