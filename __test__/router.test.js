@@ -170,6 +170,19 @@ full('pinned and idle models', () => {
     }
   })
 
+  test('a load waiting for room while another model loads (by POST /models/load, no request) gets it once that one is loaded', async () => {
+    const server = createServer({ models: MODELS.slice(0, 2), modelsMax: 1, engineOptions: ENGINE, signals: false })
+    const base = await listen(server)
+    try {
+      const [loaded, answered] = await Promise.all([post(`${base}/models/load`, { model: 'smol' }), complete(base, 'gemma')])
+      expect(loaded.status).toBe(200)
+      expect(answered.status).toBe(200)
+      expect(server.router.lanes()).toHaveLength(1)
+    } finally {
+      await close(server)
+    }
+  })
+
   test('--idle-unload: a model no request used for that long is unloaded', async () => {
     const server = createServer({ models: MODELS.slice(0, 1), idleUnloadMs: 1000, engineOptions: ENGINE, signals: false })
     const base = await listen(server)

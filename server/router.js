@@ -30,7 +30,7 @@ class Router {
     for (const m of models) {
       if (!m || typeof m.name !== 'string' || m.name === '') throw new TypeError('models: each needs a name')
       if (this.#entries.has(m.name)) throw new TypeError(`models: ${JSON.stringify(m.name)} is named twice`)
-      this.#entries.set(m.name, { ...m, pinned: m.pinned === true, state: 'unloaded', lane: null, bytes: Number.isFinite(m.bytes) ? m.bytes : null, error: null, loading: null, timer: null })
+      this.#entries.set(m.name, { ...m, pinned: m.pinned === true, state: 'unloaded', admitted: false, lane: null, bytes: Number.isFinite(m.bytes) ? m.bytes : null, error: null, loading: null, timer: null })
     }
     Object.assign(this, { modelsMax, memoryMax, idleUnloadMs, maxQueue, graceMs, metrics, loadEngine: load, estimate })
     for (const e of this.#entries.values()) if (e.pinned) this.#ensureLoaded(e).catch(() => {})
@@ -182,6 +182,7 @@ class Router {
       const turn = this.#lock.then(() => this.#makeRoom(entry))
       this.#lock = turn.catch(() => {})
       await turn
+      entry.admitted = true
       const lane = new Lane(this.loadEngine(entry), { name: entry.name, maxQueue: this.maxQueue, metrics: this.metrics })
       await lane.ready
       if (lane.loadError) throw lane.loadError
@@ -191,7 +192,10 @@ class Router {
       }
       entry.lane = lane
       entry.state = 'loaded'
+      // A load waiting for room may now unload this one (say, loaded by POST /models/load and idle).
+      this.#wake()
     } catch (e) {
+      entry.admitted = false
       entry.state = 'failed'
       entry.error = e
       this.#wake()
@@ -203,7 +207,10 @@ class Router {
   async #makeRoom(entry) {
     for (;;) {
       if (this.#closed) throw closing()
-      const others = [...this.#entries.values()].filter((e) => e !== entry && (e.state === 'loaded' || e.state === 'loading'))
+      // What holds room: loaded models, and loads that were given room
+      // (a load still waiting for its turn holds none: counting it would
+      // have two loads wait for each other).
+      const others = [...this.#entries.values()].filter((e) => e !== entry && (e.state === 'loaded' || (e.state === 'loading' && e.admitted)))
       const bytes = others.reduce((sum, e) => sum + (e.bytes ?? 0), 0)
       const fits = others.length + 1 <= this.modelsMax && bytes + entry.bytes <= this.memoryMax
       if (fits) return
@@ -229,6 +236,7 @@ class Router {
     const lane = entry.lane
     clearTimeout(entry.timer)
     entry.state = 'unloaded'
+    entry.admitted = false
     entry.lane = null
     try {
       await lane.drain(graceMs)
