@@ -612,61 +612,20 @@ async function serve(argv) {
     return 0
   }
   const require = createRequire(import.meta.url)
-  const { LlamaEngine } = require('../index.js')
+  const { LlamaEngine, inspectModel } = require('../index.js')
   const { createServer } = require('../server/index.js')
-  if (cli.router) return serveMany(cli, createServer, require('../index.js').inspectModel)
-  const loading = LlamaEngine.load(cli.load)
-  loading.catch(() => {})
   // A line on stderr for every answer the server failed (5xx), with its cause.
   const onError = (e, r) => stderr.write(`${new Date().toISOString()} ${r.status} ${r.method} ${r.path}${r.streaming ? ' (mid-stream)' : ''}: ${e.code}: ${e.message}\n`)
-  const server = createServer({ ...cli.server, engine: loading, signals: false, onError })
-  const closed = new Promise((r) => server.on('close', r))
-  let signal = null
-  const onSignal = (name) => {
-    if (signal !== null) process.exit(SIGNAL_EXIT[name]) // a second one: now
-    signal = name
-    stderr.write(`${name}: shutting down (queued requests get 503, running ones may finish)\n`)
-    server.shutdown({ dispose: true }).then(() => stderr.write('stopped; engine disposed\n'))
+  if (!cli.router) {
+    const loading = LlamaEngine.load(cli.load)
+    loading.catch(() => {})
+    const server = createServer({ ...cli.server, engine: loading, signals: false, onError })
+    return runServer(server, cli.listen, { serving: `loading ${cli.load.modelPath}`, loading, disposed: 'engine disposed' })
   }
-  const onSigint = () => onSignal('SIGINT')
-  const onSigterm = () => onSignal('SIGTERM')
-  process.on('SIGINT', onSigint)
-  process.on('SIGTERM', onSigterm)
-  try {
-    await new Promise((resolve, reject) => {
-      server.once('error', reject)
-      server.listen(cli.listen.port, cli.listen.host, resolve)
-    })
-  } catch (e) {
-    stderr.write(`error: cannot listen on ${cli.listen.host}:${cli.listen.port} (${e.code || e.message})\n`)
-    await loading.then((engine) => engine.dispose()).catch(() => {})
-    return 1
-  }
-  const { address, port } = server.address()
-  const host = address.includes(':') ? `[${address}]` : address
-  stderr.write(`listening on http://${host}:${port}, loading ${cli.load.modelPath}\n`)
-  if (server.responses.loadError) stderr.write(`warning: --responses-file ${server.responses.loadError}\n`)
-  else if (server.responses.file && server.responses.size) stderr.write(`${server.responses.size} kept responses read from ${server.responses.file}\n`)
-  try {
-    await loading
-    stderr.write('model loaded\n')
-  } catch (e) {
-    stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
-    await server.shutdown({ graceMs: 0 })
-    return 1
-  }
-  await closed
-  await server.shutdown({ dispose: true })
-  process.off('SIGINT', onSigint)
-  process.off('SIGTERM', onSigterm)
-  return signal ? SIGNAL_EXIT[signal] : 0
-}
-
-/** `llama-engine serve` over many models (`--models`, `--model ALIAS=URI`): resolves with the exit code. */
-async function serveMany(cli, createServer, inspectModel) {
-  const { stderr } = process
+  // Many models: the directory's, the aliases' and the preset's, pinned as asked.
   const { router } = cli
   let models = router.models
+  let server
   try {
     if (router.dir !== undefined) {
       for (const m of await modelsIn(router.dir, inspectModel, router.engineOptions)) {
@@ -679,35 +638,32 @@ async function serveMany(cli, createServer, inspectModel) {
       if (!m) throw new UsageError(`--pin: no model named ${JSON.stringify(name)} (${models.map((x) => x.name).join(', ')})`)
       m.pinned = true
     }
+    const { modelsMax, memoryMax, idleUnloadMs, engineOptions } = router
+    server = createServer({ ...cli.server, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, signals: false, onError })
   } catch (e) {
-    if (!(e instanceof UsageError)) throw e
+    if (!(e instanceof UsageError) && !(e instanceof TypeError)) throw e
     stderr.write(`llama-engine serve: ${e.message}\n\n${SERVE_USAGE}`)
     return 2
   }
-  const onError = (e, r) => stderr.write(`${new Date().toISOString()} ${r.status} ${r.method} ${r.path}${r.streaming ? ' (mid-stream)' : ''}: ${e.code}: ${e.message}\n`)
-  let server
-  try {
-    server = createServer({
-      ...cli.server,
-      models,
-      modelsMax: router.modelsMax,
-      memoryMax: router.memoryMax,
-      idleUnloadMs: router.idleUnloadMs,
-      engineOptions: router.engineOptions,
-      signals: false,
-      onError,
-    })
-  } catch (e) {
-    stderr.write(`llama-engine serve: ${e.message}\n`)
-    return 2
-  }
+  const names = models.map((m) => m.name + (m.pinned ? ' (pinned)' : '')).join(', ')
+  return runServer(server, cli.listen, { serving: `${models.length} models: ${names}`, loading: null, disposed: 'engines disposed' })
+}
+
+/**
+ * Listens, shuts down on SIGTERM/SIGINT (a second one ends the process at
+ * once) and resolves with the exit code: 0 when closed, 128 + the signal's
+ * number after one, 1 when it cannot listen or `loading` (the one model's
+ * load, if any) fails.
+ */
+async function runServer(server, listen, { serving, loading, disposed }) {
+  const { stderr } = process
   const closed = new Promise((r) => server.on('close', r))
   let signal = null
   const onSignal = (name) => {
-    if (signal !== null) process.exit(SIGNAL_EXIT[name])
+    if (signal !== null) process.exit(SIGNAL_EXIT[name]) // a second one: now
     signal = name
     stderr.write(`${name}: shutting down (queued requests get 503, running ones may finish)\n`)
-    server.shutdown({ dispose: true }).then(() => stderr.write('stopped; engines disposed\n'))
+    server.shutdown({ dispose: true }).then(() => stderr.write(`stopped; ${disposed}\n`))
   }
   const onSigint = () => onSignal('SIGINT')
   const onSigterm = () => onSignal('SIGTERM')
@@ -716,16 +672,28 @@ async function serveMany(cli, createServer, inspectModel) {
   try {
     await new Promise((resolve, reject) => {
       server.once('error', reject)
-      server.listen(cli.listen.port, cli.listen.host, resolve)
+      server.listen(listen.port, listen.host, resolve)
     })
   } catch (e) {
-    stderr.write(`error: cannot listen on ${cli.listen.host}:${cli.listen.port} (${e.code || e.message})\n`)
-    await server.shutdown({ graceMs: 0 })
+    stderr.write(`error: cannot listen on ${listen.host}:${listen.port} (${e.code || e.message})\n`)
+    await server.shutdown({ graceMs: 0, dispose: true })
     return 1
   }
   const { address, port } = server.address()
   const host = address.includes(':') ? `[${address}]` : address
-  stderr.write(`listening on http://${host}:${port}, ${models.length} models: ${models.map((m) => m.name + (m.pinned ? ' (pinned)' : '')).join(', ')}\n`)
+  stderr.write(`listening on http://${host}:${port}, ${serving}\n`)
+  if (server.responses.loadError) stderr.write(`warning: --responses-file ${server.responses.loadError}\n`)
+  else if (server.responses.file && server.responses.size) stderr.write(`${server.responses.size} kept responses read from ${server.responses.file}\n`)
+  if (loading) {
+    try {
+      await loading
+      stderr.write('model loaded\n')
+    } catch (e) {
+      stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+      await server.shutdown({ graceMs: 0 })
+      return 1
+    }
+  }
   await closed
   await server.shutdown({ dispose: true })
   process.off('SIGINT', onSigint)
