@@ -7,7 +7,7 @@
 
 const { performance } = require('node:perf_hooks')
 const { ApiError, toApiError, openaiErrorBody } = require('./errors.js')
-const { readJsonValue, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
+const { readJsonValue, jsonObject, authorized, digest, corsHeaders, preflightHeaders } = require('./http.js')
 const { Lane } = require('./lane.js')
 const { Router } = require('./router.js')
 const { Metrics } = require('./metrics.js')
@@ -115,11 +115,7 @@ function createCore(engineOrPromise, options) {
     // The body, read once (the router reads `model` before the route reads the rest).
     let bodyValue = null
     const readValue = () => (bodyValue ??= readJsonValue(exchange))
-    const readObject = async () => {
-      const value = await readValue()
-      if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new ApiError(400, 'body: expected a JSON object')
-      return value
-    }
+    const readObject = async () => jsonObject(await readValue())
     let lane = single
     let held = null
     // The model the request names (the router's pick; an adapter's name picks the adapter).
@@ -143,7 +139,7 @@ function createCore(engineOrPromise, options) {
             ? router.list()
             : [
                 { name: ctx.modelName(), state: 'loaded' },
-                ...lane.loras().map((l) => ({ name: l.name, state: 'loaded', parent: ctx.modelName(), adapter: true })),
+                ...lane.loras().map((l) => ({ name: l.name, state: 'loaded', parent: ctx.modelName() })),
               ],
       },
       params: found.params,

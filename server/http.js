@@ -219,7 +219,11 @@ async function readJsonValue(exchange) {
 
 /** The body parsed as a JSON object. */
 async function readJson(exchange) {
-  const value = await readJsonValue(exchange)
+  return jsonObject(await readJsonValue(exchange))
+}
+
+/** A body's JSON value when it is an object; else a 400. */
+function jsonObject(value) {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new ApiError(400, 'body: expected a JSON object')
   return value
 }
@@ -272,4 +276,4 @@ function preflightHeaders(cors, exchange) {
   }
 }
 
-module.exports = { nodeExchange, fetchExchange, readJson, readJsonValue, authorized, digest, corsHeaders, preflightHeaders }
+module.exports = { nodeExchange, fetchExchange, readJson, readJsonValue, jsonObject, authorized, digest, corsHeaders, preflightHeaders }

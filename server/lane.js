@@ -37,6 +37,8 @@ class Lane {
     // id -> scale for every adapter (POST /lora-adapters), given to each
     // generation that names none; null until then (the load scales apply).
     this.loraScales = null
+    /** The adapters the engine loaded (`loras()`), once it is loaded. */
+    this.adapters = null
     /** Requests holding this lane (waiting, queued or running): the router unloads none held. */
     this.holds = 0
     this.lastUsed = Date.now()
@@ -51,9 +53,10 @@ class Lane {
 
   /** The engine's LoRA adapters, `[{ id, name, path, scale }]`, with the scales POST /lora-adapters set. */
   loras() {
-    const loras = this.engine?.status().loras
-    if (!Array.isArray(loras)) return []
-    return loras.map(({ id, path, scale }) => ({ id, name: adapterName(path), path, scale: this.loraScales?.has(id) ? this.loraScales.get(id) : scale }))
+    // Fixed at load: read once (status() is a whole snapshot), not per request.
+    this.adapters ??= this.engine ? (this.engine.status().loras ?? []).map(({ id, path, scale }) => ({ id, name: adapterName(path), path, scale })) : null
+    if (!this.adapters) return []
+    return this.adapters.map((a) => (this.loraScales?.has(a.id) ? { ...a, scale: this.loraScales.get(a.id) } : a))
   }
 
   setLoraScales(scales) {
