@@ -87,7 +87,8 @@ function extract(into) {
  * Applies one unified diff (as `git diff` or `diff -u` writes it) under
  * `dir`. Strict: every context and removed line must match exactly; no fuzz,
  * no offsets beyond where the hunk header says. Text before the first
- * `--- ` line is the patch's description and is ignored.
+ * `--- ` line is the patch's description and is ignored. A file whose `---`
+ * line is `/dev/null` is added.
  */
 export function applyPatch(dir, text, name) {
   const lines = text.split('\n')
@@ -103,8 +104,11 @@ export function applyPatch(dir, text, name) {
     const target = lines[i + 1]?.startsWith('+++ ') ? lines[i + 1].slice(4).split('\t')[0] : fail(`no +++ line after line ${i + 1}`)
     const rel = target.replace(/^[ab]\//, '')
     const file = join(dir, rel)
-    if (!existsSync(file)) fail(`${rel} does not exist`)
-    const original = readFileSync(file, 'utf8')
+    // `--- /dev/null`: a file the patch adds (it must not exist yet)
+    const added = lines[i].slice(4).split('\t')[0] === '/dev/null'
+    if (added && existsSync(file)) fail(`${rel} is added but exists`)
+    if (!added && !existsSync(file)) fail(`${rel} does not exist`)
+    const original = added ? '' : readFileSync(file, 'utf8')
     const src = original.split('\n')
     const out = []
     let at = 0 // next line of src not yet copied
