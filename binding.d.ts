@@ -151,6 +151,13 @@ export declare function quantizeModel(input: string, output: string, ftype: stri
  */
 export declare function requestFields(): Record<string, unknown>[]
 
+/**
+ * The portable kernels' digests on fixed inputs (`determinism: 'portable'`):
+ * a hash of each op's output bits, and the ops whose hash differs from the
+ * reference machine's (empty: this CPU computes the same bits).
+ */
+export declare function portableDigest(): { ops: Record<string, string>; mismatches: string[] }
+
 /** Whether this build has ggml's RPC back end (`rpc`, `rpc-worker`). */
 export declare function rpcAvailable(): boolean
 

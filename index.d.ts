@@ -176,6 +176,19 @@ export interface EngineOptions {
    */
   rpc?: string[]
   /**
+   * `'default'`: the fastest kernels this CPU has — the same bits run after
+   * run on this machine, batch- and thread-invariant, but another CPU class
+   * (AVX2 vs AVX-512, arm64, Windows) may write other tokens. `'portable'`:
+   * kernels that compute the same bits on every CPU the packages support
+   * (fixed-lane sums in one order, no fused multiply-add, our own
+   * exp/sin/cos), for snapshot tests and reproducible runs; slower (about
+   * 1.4–2× on decode here) and CPU only: `gpuLayers`, `draftGpuLayers` and
+   * `rpc` are refused with it. Weight types F32, F16, BF16, Q4_0, Q4_1,
+   * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; a model computing anything else fails
+   * to load with `MODEL_LOAD_FAILED` naming it. See docs/testing.md.
+   */
+  determinism?: 'default' | 'portable'
+  /**
    * With `isolation: 'process'`: start a new child when one dies — at once,
    * then with backoff (1, 2, 4 … 30 s) while new children die before
    * answering anything. Default true.
@@ -578,6 +591,11 @@ export interface EngineStatus {
    * thread counts. True means greedy speculation is bit-exact on this engine.
    */
   batchInvariant?: boolean
+  /**
+   * `EngineOptions.determinism` as loaded: `'portable'` (the same bits on
+   * every CPU) or `'default'`.
+   */
+  determinism?: 'default' | 'portable'
   /**
    * What the self-check found, in words: the first differing row when it
    * failed; the weight types whose kernels it proved (`Q4_K (plain and

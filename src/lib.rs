@@ -371,6 +371,7 @@ impl NativeEngine {
             "vocabSize": info.n_vocab,
             "pooling": info.pooling.as_str(),
             "embeddingSize": info.n_embd,
+            "determinism": if info.portable { "portable" } else { "default" },
             "batchInvariant": info.batch_invariant,
             "batchInvariance": info.batch_invariance,
             "cpuBackend": llama_engine_runtime::ggml_setup::cpu_backend(),
@@ -578,6 +579,19 @@ pub fn rpc_serve(env: &Env, endpoint: String, threads: u32, cache_dir: Option<St
             .map_err(|why| EngineError::invalid("endpoint", format!("{why}, got {endpoint:?}"))),
     )?;
     Ok(AsyncTask::new(Off(RpcServeTask { endpoint, threads: threads.max(1) as usize, cache_dir })))
+}
+
+/// The portable kernels' digests on fixed inputs (`determinism:
+/// 'portable'`): `{ ops: { name: hex }, mismatches: [name] }`, the
+/// mismatches against the reference machine's (empty: this CPU computes
+/// the same bits).
+#[napi]
+pub fn portable_digest() -> Value {
+    use llama_engine_runtime::ggml_setup;
+    let _ = llama_engine_runtime::model::backend();
+    let ops: serde_json::Map<String, Value> =
+        ggml_setup::portable_digest().into_iter().map(|(n, h)| (n, Value::String(format!("{h:016x}")))).collect();
+    json!({ "ops": ops, "mismatches": ggml_setup::portable_mismatches() })
 }
 
 /// Whether this build has ggml's RPC back end (`rpc`, `rpc-worker`).

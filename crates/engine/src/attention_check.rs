@@ -95,6 +95,20 @@ pub(super) struct Backend {
 }
 
 impl Backend {
+    /// The portable kernels (patch 0012) for this back end's graphs.
+    pub(super) fn set_portable(&self) -> Result<(), String> {
+        let Some((_, _, f)) = crate::ggml_setup::cpu_proc(c"ggml_backend_cpu_set_portable") else {
+            return Err("this ggml has no portable kernels".into());
+        };
+        // SAFETY: patch 0012's `ggml_backend_cpu_set_portable(ggml_backend_t, bool)`
+        // on this CPU back end, which is alive.
+        unsafe {
+            let set: unsafe extern "C" fn(sys::ggml_backend_t, bool) = std::mem::transmute(f);
+            set(self.raw, true);
+        }
+        Ok(())
+    }
+
     pub(super) fn cpu() -> Result<Backend, String> {
         // SAFETY: ggml registry calls on the CPU device ggml always registers;
         // the proc address, when present, has the signature of

@@ -36,6 +36,9 @@ pub struct Limits {
     pub n_batch: usize,
     pub n_seq: usize,
     pub threads: usize,
+    /// `determinism: 'portable'`: the context computes with the portable
+    /// kernels, and the kernel checks check those.
+    pub portable: bool,
 }
 
 /// Measures batch costs into `costs` and runs the self-check, in sequence 0
@@ -48,7 +51,7 @@ pub fn calibrate(
     limits: Limits,
     costs: &mut BatchCost,
 ) -> InvarianceCheck {
-    let Limits { n_ctx, n_batch, n_seq, threads } = limits;
+    let Limits { n_ctx, n_batch, n_seq, threads, portable } = limits;
     let start = Instant::now();
     let mut check = InvarianceCheck::default();
     let tokens = calibration_tokens(model);
@@ -80,13 +83,22 @@ pub fn calibrate(
     if let Err(e) = outcome {
         check.fail(e.message);
     }
-    if check.holds() {
+    // Portable mode has no flash attention to check (attention is a
+    // product, a softmax and a product there, as the decodes above ran it).
+    if check.holds() && !portable {
         attention(model, threads, &mut check);
     }
     if check.holds() {
-        matmul(threads, weight_types, &mut check);
+        matmul(threads, portable, weight_types, &mut check);
     }
-    check.kernels = ggml_setup::fast_kernels();
+    // The portable kernels compute the reference machine's bits here.
+    if check.holds() && portable {
+        let differ = ggml_setup::portable_mismatches();
+        if !differ.is_empty() {
+            check.fail(format!("the portable kernels compute other bits on this CPU than on the reference machine: {}", differ.join(", ")));
+        }
+    }
+    check.kernels = if portable { ggml_setup::PORTABLE_KERNELS.to_string() } else { ggml_setup::fast_kernels() };
     ctx_clear(cal.ctx);
     check.ms = start.elapsed().as_secs_f64() * 1000.0;
     check
@@ -113,8 +125,8 @@ fn attention(model: &LlamaModel, threads: usize, check: &mut InvarianceCheck) {
 /// Each weight type's mat-mul kernels (`engine::matmul_check`). A type the
 /// models do not hold may differ without making the verdict false: it is
 /// named, as a warning for models that hold it.
-fn matmul(threads: usize, weight_types: &[String], check: &mut InvarianceCheck) {
-    match matmul_check::check(threads) {
+fn matmul(threads: usize, portable: bool, weight_types: &[String], check: &mut InvarianceCheck) {
+    match matmul_check::check(threads, portable) {
         Ok(found) => {
             for (kind, repacked, mismatch) in found {
                 match mismatch {

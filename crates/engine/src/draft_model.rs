@@ -5,6 +5,7 @@
 //! longest prefix it shares with the history, and only the missing tokens
 //! are evaluated (in one batch).
 
+use llama_engine_core::sampling::math::exp_f32;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -244,7 +245,7 @@ impl<'m> ModelDrafter<'m> {
                     let best = argmax(logits);
                     // Confidence of the greedy pick: its softmax probability.
                     let max = logits[best as usize];
-                    let z: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+                    let z: f32 = logits.iter().map(|&l| exp_f32(l - max)).sum();
                     (best, 1.0 / z)
                 } else {
                     let q = cx.distribution(self.settings.temperature);
@@ -325,7 +326,7 @@ fn grow_tree(cx: &mut DraftContext, seq: usize, depth: usize, s: DraftSettings) 
             let logits = cx.ctx.get_logits_ith(live[li].logits);
             let (top, second) = top_two(logits);
             let max = logits[top as usize];
-            let z: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+            let z: f32 = logits.iter().map(|&l| exp_f32(l - max)).sum();
             if 1.0 / z < s.p_min {
                 live[li].active = false;
                 continue;
@@ -333,7 +334,7 @@ fn grow_tree(cx: &mut DraftContext, seq: usize, depth: usize, s: DraftSettings) 
             let b = live[li].branch;
             branches[b].push(top);
             next.push((b, top));
-            let p_second = (logits[second as usize] - max).exp() / z;
+            let p_second = exp_f32(logits[second as usize] - max) / z;
             if branches.len() < n_branches && p_second > s.p_split && d + 1 < depth {
                 let nb = branches.len();
                 let mut tokens = branches[b].clone();

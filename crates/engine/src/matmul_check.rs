@@ -73,21 +73,34 @@ pub type Found = Vec<(&'static str, bool, Option<MatmulMismatch>)>;
 /// Checks every type of [`TYPES`]. The kernels are the process's, so the
 /// answer for a thread count is kept and later loads reuse it (about 0.1 s
 /// saved per load). `Err` says why it could not run.
-pub fn check(threads: usize) -> Result<Found, String> {
-    static DONE: Mutex<Vec<(usize, Found)>> = Mutex::new(Vec::new());
-    if let Some((_, found)) = DONE.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(n, _)| *n == threads) {
+///
+/// With `portable`, the portable kernels (patch 0012) of the types they
+/// cover ([`PORTABLE_TYPES`]), in the plain layout (the only one they read).
+pub fn check(threads: usize, portable: bool) -> Result<Found, String> {
+    static DONE: Mutex<Vec<(usize, bool, Found)>> = Mutex::new(Vec::new());
+    if let Some((_, _, found)) = DONE.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(n, p, _)| *n == threads && *p == portable) {
         return Ok(found.clone());
     }
-    let found = run_check(threads)?;
-    DONE.lock().unwrap_or_else(|e| e.into_inner()).push((threads, found.clone()));
+    let found = run_check(threads, portable)?;
+    DONE.lock().unwrap_or_else(|e| e.into_inner()).push((threads, portable, found.clone()));
     Ok(found)
 }
 
-fn run_check(threads: usize) -> Result<Found, String> {
+/// The weight types the portable kernels compute (the others have no
+/// portable kernel: a model holding one does not load in portable mode).
+pub const PORTABLE_TYPES: [&str; 10] = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"];
+
+fn run_check(threads: usize, portable: bool) -> Result<Found, String> {
     let backend = Backend::cpu()?;
-    let repack = crate::ggml_setup::repack_buffer_type();
+    if portable {
+        backend.set_portable()?;
+    }
+    let repack = if portable { None } else { crate::ggml_setup::repack_buffer_type() };
     let mut found = Vec::with_capacity(TYPES.len());
     for (ty, kind) in TYPES {
+        if portable && !PORTABLE_TYPES.contains(&kind) {
+            continue;
+        }
         let repacked = repack.filter(|_| repack_supports(ty));
         let mut mismatch = check_case(&backend, ty, kind, None, threads)?;
         if mismatch.is_none() {

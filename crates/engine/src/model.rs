@@ -88,6 +88,8 @@ pub struct ModelInfo {
     pub loras: Vec<(String, f32)>,
     /// The RPC workers the target's layers are on (`rpc`), in order.
     pub rpc: Vec<String>,
+    /// `determinism: 'portable'` (the portable kernels) or the default.
+    pub portable: bool,
     /// What the projector (`mmprojPath`) lets the model read: images, audio.
     pub media: Option<(bool, bool)>,
 }
@@ -101,8 +103,10 @@ pub struct Loaded {
 
 /// Loads the model at `path`: `gpu_layers` of its layers on the GPU back
 /// end, or, with `rpc` (ggml device indices of RPC workers,
-/// `engine::rpc::devices`), every layer spread over those workers.
-pub fn load_model(path: &str, gpu_layers: u32, rpc: &[usize], progress: Option<Progress>) -> Result<Loaded> {
+/// `engine::rpc::devices`), every layer spread over those workers. With
+/// `portable`, every weight in the plain layout the portable kernels read
+/// (none repacked).
+pub fn load_model(path: &str, gpu_layers: u32, rpc: &[usize], portable: bool, progress: Option<Progress>) -> Result<Loaded> {
     let fail = |why: String| EngineError::new(ErrorCode::ModelLoadFailed, format!("{path}: {why}"));
     let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
     if !meta.is_file() {
@@ -133,7 +137,11 @@ pub fn load_model(path: &str, gpu_layers: u32, rpc: &[usize], progress: Option<P
             true
         });
     }
+    // SAFETY: a thread-local flag of patch 0012, read by this thread's load.
+    unsafe { llama_cpp_sys_2::llama_rs_set_extra_bufts(!portable) };
     let (loaded, log) = llama_log::capture(|| LlamaModel::load_from_file(backend, path, &params));
+    // SAFETY: as above.
+    unsafe { llama_cpp_sys_2::llama_rs_set_extra_bufts(true) };
     let model = loaded.map_err(|e| {
         fail(match llama_log::reason(&log) {
             Some(why) => format!("llama.cpp refused it: {why}"),
@@ -280,8 +288,14 @@ pub fn context_params(opts: &EngineOptions, n_ctx: u32, n_seq: u32, unified: boo
         // Flash attention from the patched ggml (patches/llama-cpp-sys-2):
         // a query row's result does not depend on how many rows share its
         // batch or how the threads split the work, so verification rows
-        // score exactly as plain decoding does (docs/exactness.md).
-        .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED)
+        // score exactly as plain decoding does (docs/exactness.md). In
+        // portable mode attention is a product, a softmax and a product,
+        // each with a portable kernel (patch 0012).
+        .with_flash_attention_policy(if opts.portable {
+            llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
+        } else {
+            llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
+        })
 }
 
 pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
@@ -318,6 +332,7 @@ pub fn model_info(model: &LlamaModel, opts: &EngineOptions) -> ModelInfo {
         n_embd: model.n_embd_out().max(0) as usize,
         loras: Vec::new(),
         rpc: opts.rpc.clone(),
+        portable: opts.portable,
         media: None,
     }
 }

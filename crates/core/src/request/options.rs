@@ -49,6 +49,9 @@ pub struct EngineOptions {
     /// ggml RPC workers (`host:port`, `llama-engine rpc-worker`) the model's
     /// layers are spread over.
     pub rpc: Vec<String>,
+    /// `determinism: 'portable'`: the CPU back end's portable kernels (the
+    /// same bits on every CPU) instead of its fastest ones.
+    pub portable: bool,
 }
 
 /// RPC workers a model may use at most (llama.cpp's device limit).
@@ -103,7 +106,37 @@ pub fn parse_engine_options(value: &Value) -> Result<EngineOptions> {
                 .map_err(|e| EngineError::invalid("selfCheckCache", format!("expected a path or false ({})", e.message)))?,
         },
         rpc: rpc(obj)?,
+        portable: determinism(obj)?,
     })
+    .and_then(|o| {
+        // The portable kernels are the CPU back end's: a GPU or an RPC
+        // worker would compute layers with its own.
+        if o.portable && o.gpu_layers > 0 {
+            return Err(EngineError::invalid("gpuLayers", "determinism 'portable' computes on the CPU: gpuLayers must be 0"));
+        }
+        if o.portable && o.draft_gpu_layers > 0 {
+            return Err(EngineError::invalid("draftGpuLayers", "determinism 'portable' computes on the CPU: draftGpuLayers must be 0"));
+        }
+        if o.portable && !o.rpc.is_empty() {
+            return Err(EngineError::invalid(
+                "rpc",
+                "determinism 'portable' computes on this CPU: RPC workers compute with their own kernels",
+            ));
+        }
+        Ok(o)
+    })
+}
+
+/// `determinism`: `'default'` (the fastest kernels: the same bits on one
+/// machine, batch- and thread-invariant) or `'portable'` (the same bits on
+/// every CPU).
+fn determinism(obj: &Map<String, Value>) -> Result<bool> {
+    match obj.get("determinism") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::String(s)) if s == "default" => Ok(false),
+        Some(Value::String(s)) if s == "portable" => Ok(true),
+        Some(v) => Err(EngineError::invalid("determinism", format!("expected 'default' or 'portable', got {v}"))),
+    }
 }
 
 /// `rpc`: `['host:port', …]`, each a host name, an IPv4 address or a
@@ -256,6 +289,25 @@ fn int(obj: &Map<String, Value>, field: &str, min: i64, max: i64) -> Result<Opti
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn determinism() {
+        let p = |v: Value| parse_engine_options(&json!({ "modelPath": "m", "determinism": v }));
+        assert!(!parse_engine_options(&json!({ "modelPath": "m" })).unwrap().portable);
+        assert!(!p(json!("default")).unwrap().portable);
+        assert!(p(json!("portable")).unwrap().portable);
+        for bad in [json!("Portable"), json!(true), json!(1), json!("exact")] {
+            assert_eq!(p(bad).unwrap_err().field.as_deref(), Some("determinism"));
+        }
+        let both = |k: &str, v: Value| {
+            let mut o = json!({ "modelPath": "m", "determinism": "portable" });
+            o[k] = v;
+            parse_engine_options(&o).unwrap_err().field
+        };
+        assert_eq!(both("gpuLayers", json!(1)).as_deref(), Some("gpuLayers"));
+        assert_eq!(both("draftGpuLayers", json!(2)).as_deref(), Some("draftGpuLayers"));
+        assert_eq!(both("rpc", json!(["127.0.0.1:50052"])).as_deref(), Some("rpc"));
+    }
 
     #[test]
     fn rpc_workers() {

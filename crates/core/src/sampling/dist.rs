@@ -53,7 +53,7 @@ impl Dist {
         let mut sum = 0.0f64;
         for (&id, &l) in ids.iter().zip(logits) {
             if l > f32::NEG_INFINITY {
-                let e = (l - max).exp();
+                let e = super::math::exp_f32(l - max);
                 if e > 0.0 {
                     out_ids.push(id);
                     w.push(e);
@@ -105,7 +105,7 @@ impl Dist {
             if !(p > 0.0) {
                 continue;
             }
-            let key = (p as f64).ln() + noise.gumbel(id);
+            let key = super::math::ln_f64(p as f64) + noise.gumbel(id);
             if best.is_none_or(|(b, k)| key > k || (key == k && id < b)) {
                 best = Some((id, key));
             }

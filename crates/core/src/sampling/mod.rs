@@ -8,6 +8,7 @@ pub mod budget;
 pub mod constraint;
 pub mod dist;
 pub mod forced;
+pub mod math;
 pub mod noise;
 
 pub use dist::Dist;

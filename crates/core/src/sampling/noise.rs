@@ -46,7 +46,7 @@ impl PositionNoise {
         self.rng.set_word_pos(2 * u128::from(id.max(0).unsigned_abs()));
         let u: f64 = self.rng.random();
         // u = 0 gives -inf (never chosen), as it should; never NaN.
-        -(-u.ln()).ln()
+        -super::math::ln_f64(-super::math::ln_f64(u))
     }
 }
 

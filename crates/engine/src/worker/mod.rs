@@ -59,11 +59,12 @@ impl Models {
         };
         // The target's layers on RPC workers when `rpc` names them (the draft stays here).
         let rpc = super::rpc::devices(&opts.rpc)?;
-        let loaded = model::load_model(&opts.model_path, opts.gpu_layers, &rpc, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
+        let loaded =
+            model::load_model(&opts.model_path, opts.gpu_layers, &rpc, opts.portable, part(0.0, if has_draft { 0.5 } else { 1.0 }))?;
         let (target, mut weight_types) = (loaded.model, loaded.weight_types);
         let draft = match &opts.draft_model_path {
             Some(path) => {
-                let loaded = model::load_model(path, opts.draft_gpu_layers, &[], part(0.5, 0.5))?;
+                let loaded = model::load_model(path, opts.draft_gpu_layers, &[], opts.portable, part(0.5, 0.5))?;
                 model::check_compatible(&target, &loaded.model)?;
                 weight_types.extend(loaded.weight_types);
                 weight_types.sort();
@@ -150,6 +151,7 @@ impl<'m> Worker<'m> {
         let loras = super::lora::Adapters::load(&ctx, &opts.model_path, &opts.loras)?;
         // SAFETY: reads a thread-local pointer llama.cpp set as it made `ctx`.
         let raw_ctx = unsafe { llama_cpp_sys_2::llama_last_context_created() };
+        crate::ggml_setup::set_portable(raw_ctx, opts.portable).map_err(|why| load_err("target", &opts.model_path, why, Vec::new()))?;
         let projector = match &opts.mmproj_path {
             Some(path) => {
                 // SAFETY: the context's model is the live target.
@@ -164,6 +166,9 @@ impl<'m> Worker<'m> {
                 let params = model::context_params(opts, info.n_ctx * parallel as u32, DraftContext::sequences(parallel), true);
                 let (dctx, log) = llama_log::capture(|| m.new_context(backend, params));
                 let dctx = dctx.map_err(|e| load_err("draft", path, e.to_string(), log))?;
+                // SAFETY: as for the target's, right after the draft context was made.
+                let raw = unsafe { llama_cpp_sys_2::llama_last_context_created() };
+                crate::ggml_setup::set_portable(raw, opts.portable).map_err(|why| load_err("draft", path, why, Vec::new()))?;
                 Some(Rc::new(RefCell::new(DraftContext::new(dctx, parallel, info.n_batch as usize))))
             }
             _ => None,
@@ -196,7 +201,8 @@ impl<'m> Worker<'m> {
         };
         // A cap left on this thread (none is, a thread per engine) would skew the costs.
         set_thread_cap(0);
-        let limits = Limits { n_ctx: worker.n_ctx, n_batch, n_seq: parallel, threads: opts.threads.max(1) as usize };
+        let limits =
+            Limits { n_ctx: worker.n_ctx, n_batch, n_seq: parallel, threads: opts.threads.max(1) as usize, portable: opts.portable };
         // Everything the verdict depends on: the model file, its adapters,
         // the context's shape, the threads, what computes, the fast kernels
         // on (an environment setting can change them), the build. Without a
@@ -215,7 +221,12 @@ impl<'m> Worker<'m> {
             crate::ggml_setup::fast_kernels(),
             build
         );
-        let known = !info.fingerprint.is_empty() && !build.is_empty();
+        // Portable mode always runs the check: its decodes also show every
+        // op the model computes has a portable kernel.
+        let known = !info.fingerprint.is_empty() && !build.is_empty() && !opts.portable;
+        if opts.portable {
+            crate::ggml_setup::portable_reset_gaps();
+        }
         let file = opts.self_check_cache.as_deref().map(std::path::Path::new);
         worker.invariance = match if known { earlier_verdict(&key, file) } else { None } {
             Some((check, costs)) => {
@@ -232,6 +243,28 @@ impl<'m> Worker<'m> {
         };
         if let Some(d) = &worker.draft {
             d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
+        }
+        if opts.portable {
+            if let Some(op) = crate::ggml_setup::portable_first_gap() {
+                // A product's gap is its weights' type: name the types no portable kernel reads.
+                let uncovered: Vec<&str> = models
+                    .weight_types
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|t| {
+                        !crate::matmul_check::PORTABLE_TYPES.iter().any(|p| p.eq_ignore_ascii_case(t)) && !t.eq_ignore_ascii_case("F32")
+                    })
+                    .collect();
+                let what =
+                    if op == "MUL_MAT" && !uncovered.is_empty() { format!("products with {} weights", uncovered.join(", ")) } else { op };
+                return Err(EngineError::new(
+                    ErrorCode::ModelLoadFailed,
+                    format!(
+                        "{}: determinism 'portable': the model computes {what}, which has no portable kernel (docs/testing.md lists the ops and weight types portable mode covers)",
+                        opts.model_path
+                    ),
+                ));
+            }
         }
         worker.reference = worker.costs.clone();
         Ok(worker)
