@@ -74,6 +74,11 @@
 //             here, both isolated: decode and prefill tokens/s, alternated,
 //             on SmolLM2 Q4_1, gemma-3 Q4_K_M and the 1.5B when fetched
 //             (BENCH_RPC_MODELS). Not in the default list.
+//   portable  determinism 'portable' (the same bits on every CPU) against the
+//             default kernels: decode and prefill tokens/s, fresh engines
+//             alternated, on SmolLM2 Q4_1, gemma-3 Q4_K_M and
+//             Qwen2.5-Coder-0.5B when fetched (BENCH_PORTABLE_MODELS). Not
+//             in the default list.
 //   prebuilt  the portable addon of `npm run prebuild` (npm/<triple>/, CPU
 //             variant chosen at run time) against the source build
 //             (-C target-cpu=native): plain decoding and prompt evaluation,
@@ -1213,6 +1218,51 @@ if (sections.has('isolation')) {
   console.log(`medians over ${REPEATS} fresh engines of each kind, alternated; ttft: a 2-token chat request without cache (median of 5); tok/s seen by the caller: ${N} tokens over the wall time of complete() with an event callback.`)
   console.log(`(isolation section: ${elapsed(since)})`)
   results.isolation = { rows, runs }
+}
+
+// portable: determinism 'portable' against the default kernels, on the
+// same machine, fresh engines alternated (docs/testing.md).
+if (sections.has('portable')) {
+  const since = Date.now()
+  const list = (process.env.BENCH_PORTABLE_MODELS || 'SmolLM2-135M-Instruct.Q4_1.gguf,gemma-3-270m-q4_k_m.gguf,Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')
+    .split(',')
+    .filter((m) => existsSync(join(models, m)))
+  console.log(`\n## portable: determinism 'portable' against the default kernels (${THREADS} threads)`)
+  const prompt = FREE_PROMPTS.map((p) => p.messages[0].content).join(' ').repeat(12)
+  const rows = []
+  const all = {}
+  for (const m of list) {
+    const runs = { default: [], portable: [] }
+    for (let r = 0; r < REPEATS; r++) {
+      for (const kind of r % 2 ? ['portable', 'default'] : ['default', 'portable']) {
+        const engine = await LlamaEngine.load({ modelPath: join(models, m), contextSize: CONTEXT, threads: THREADS, parallel: 1, determinism: kind })
+        const decode = await engine.complete({ prompt: 'Write a long story about a lighthouse keeper.', n_predict: N, temperature: 0, ignore_eos: true, speculative: { mode: 'off' } })
+        const prefill = await engine.complete({ prompt: `${prompt} ${r} ${kind}`, n_predict: 1, temperature: 0, cache_prompt: false })
+        runs[kind].push({ decode: decode.timings.predicted_per_second, prefill: prefill.timings.prompt_per_second, prefillTokens: prefill.timings.prompt_n })
+        await engine.dispose()
+      }
+    }
+    // default/portable: how many times slower portable is
+    const ratio = (f) => {
+      const xs = runs.portable.map((x, i) => f(runs.default[i]) / f(x))
+      return `${fmt(median(xs), 2)}x (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
+    }
+    const range = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`
+    rows.push({
+      model: m.replace(/\.gguf$/, ''),
+      'decode tok/s default': range(runs.default.map((x) => x.decode)),
+      'decode tok/s portable': range(runs.portable.map((x) => x.decode)),
+      'decode slowdown': ratio((x) => x.decode),
+      'prefill tok/s default': range(runs.default.map((x) => x.prefill)),
+      'prefill tok/s portable': range(runs.portable.map((x) => x.prefill)),
+      'prefill slowdown': ratio((x) => x.prefill),
+    })
+    all[m] = runs
+  }
+  table(rows, Object.keys(rows[0]))
+  console.log(`${REPEATS} fresh engines of each mode, alternated; decode: ${N} greedy tokens; prefill: a ~1,000-token prompt never seen. Slowdown = default/portable, paired run by run (median, min–max).`)
+  results.portable = { rows, runs: all }
+  console.log(`(portable section: ${elapsed(since)})`)
 }
 
 // rpc: a model's layers on two RPC workers on this machine (loopback)

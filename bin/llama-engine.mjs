@@ -55,6 +55,7 @@ const OPTIONS = {
   draft: { type: 'string' },
   mmproj: { type: 'string' },
   rpc: { type: 'string' },
+  portable: { type: 'boolean' },
   image: { type: 'string', multiple: true },
   lora: { type: 'string', multiple: true },
   ...Object.fromEntries(SPECULATIVE_FLAGS.map((f) => fieldOption(f.flag, f))),
@@ -107,6 +108,8 @@ Models:
       --image FILE          an image (or audio file) for the first user message; repeats
       --lora PATH[:SCALE]   a LoRA adapter (GGUF) applied at SCALE (default 1); repeats
       --rpc HOST:PORT,…     the model's layers on these RPC workers (llama-engine rpc-worker)
+      --portable            determinism 'portable': the same tokens and probabilities on
+                            every CPU (slower kernels; docs/testing.md)
   -c, --ctx-size N          context size (default 4096, capped at the model's)
   -t, --threads N           threads (default: available parallelism)
 
@@ -234,6 +237,7 @@ function loadOptions(v, env) {
     load.rpc = v.rpc.split(',').map((w) => w.trim())
     if (load.rpc.some((w) => w === '')) throw new UsageError('--rpc: expected HOST:PORT[,HOST:PORT…]')
   }
+  if (v.portable) load.determinism = 'portable'
   if (v.lora !== undefined) load.loras = v.lora.map((spec) => loraOption(spec, where))
   if (v['ctx-size'] !== undefined) load.contextSize = number('ctx-size', v['ctx-size'], 'int')
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
@@ -379,6 +383,7 @@ const SERVE_OPTIONS = {
   draft: OPTIONS.draft,
   mmproj: OPTIONS.mmproj,
   rpc: OPTIONS.rpc,
+  portable: OPTIONS.portable,
   'allow-remote-media': { type: 'boolean' },
   'ctx-size': OPTIONS['ctx-size'],
   threads: OPTIONS.threads,
@@ -417,6 +422,8 @@ Model:
       --lora PATH[:SCALE]   a LoRA adapter (GGUF) at SCALE (default 1); repeats; ids in
                             this order (request field lora, GET/POST /lora-adapters)
       --rpc HOST:PORT,…     the model's layers on these RPC workers (llama-engine rpc-worker)
+      --portable            determinism 'portable': the same tokens and probabilities on
+                            every CPU (slower kernels; docs/testing.md)
   -c, --ctx-size N          context size per slot (default 4096)
   -t, --threads N           threads (default: available parallelism)
       --parallel N          requests decoded together (default 4)

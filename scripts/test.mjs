@@ -9,8 +9,10 @@
 // whose assertions rest on what a model writes again on another CPU class:
 // the portable addon built with one x86-64 variant (`npm run prebuild --
 // --variants`), forced with LLAMA_ENGINE_CPU_VARIANT: AVX2 (`haswell`) on an
-// AVX-512 machine, AVX (`sandybridge`) on an AVX2 one. Extra arguments go to
-// Jest.
+// AVX-512 machine, AVX (`sandybridge`) on an AVX2 one; and portable mode's
+// golden file (__test__/portable.test.js) under every other x86-64 variant
+// this machine can run (baseline SSE2, AVX, AVX2, AVX-512, AVX-512 VNNI),
+// built into the same addon. Extra arguments go to Jest.
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -27,7 +29,7 @@ const jestArgs = args.filter((a) => a !== '--full' && a !== '--real' && a !== '-
 // that reads what the model wrote (calls, structured output, chats, fills),
 // the bit-exactness of speculation, which each variant owes itself, and
 // status() naming the variant that computed.
-const VARIANT_SUITES = ['install', 'exactness', 'families', 'tools', 'chat', 'structured', 'complete', 'parallel', 'controller', 'lora', 'responses', 'openai', 'anthropic', 'infill', 'multimodal']
+const VARIANT_SUITES = ['portable', 'install', 'exactness', 'families', 'tools', 'chat', 'structured', 'complete', 'parallel', 'controller', 'lora', 'responses', 'openai', 'anthropic', 'infill', 'multimodal']
 const REAL_CLIENTS_MODEL = join(process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models'), 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')
 
 function run(cmd, argv, env = {}) {
@@ -36,7 +38,8 @@ function run(cmd, argv, env = {}) {
 }
 
 ensureReady({ real })
-const variantEnv = variant ? variantAddon() : {}
+const variantInfo = variant ? variantAddon() : null
+const variantEnv = variantInfo ? variantInfo.env : {}
 if (!real && !variant) run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
 // The self-check's verdicts kept across the run's processes, in a directory
 // of its own: each run starts from none (what the user's cache holds does
@@ -52,24 +55,48 @@ const select = real
   : variant && !jestArgs.some((a) => !a.startsWith('-'))
     ? VARIANT_SUITES.map((name) => `__test__/${name}\\.test\\.js$`)
     : []
-const jest = spawnSync(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...select, ...jestArgs], {
-  cwd: root,
-  stdio: 'inherit',
-  env: { ...process.env, ...env, ...variantEnv },
-})
+const jestRun = (sel, extraEnv) =>
+  spawnSync(process.execPath, [join(root, 'node_modules', 'jest', 'bin', 'jest.js'), '--runInBand', ...sel, ...jestArgs], {
+    cwd: root,
+    stdio: 'inherit',
+    env: { ...process.env, ...env, ...variantEnv, ...extraEnv },
+  })
+let status = jestRun(select, {}).status
+// The golden file of portable mode under the addon's other variants.
+for (const other of variant && status === 0 && !jestArgs.some((a) => !a.startsWith('-')) ? variantInfo.others : []) {
+  console.log(`llama-engine: portable mode's golden file on CPU variant ${other}`)
+  status = jestRun(['__test__/portable\\.test\\.js$'], { LLAMA_ENGINE_CPU_VARIANT: other }).status
+  if (status !== 0) break
+}
 if (cache) rmSync(cache, { recursive: true, force: true })
-if (jest.status !== 0) process.exit(jest.status ?? 1)
+if (status !== 0) process.exit(status ?? 1)
 
-/** Builds the portable addon with one CPU variant below this machine's best; the environment that loads it. */
+/**
+ * Builds the portable addon with the CPU variants this machine can run; the
+ * environment that loads it on one below this machine's best, and the others.
+ */
 function variantAddon() {
   if (process.arch !== 'x64' || process.platform !== 'linux') {
     console.error('npm run test:variant: x86-64 Linux only (the other platforms are checked by npm run test:platforms)')
     process.exit(1)
   }
   const flags = (readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:(.*)$/m) || ['', ''])[1].split(/\s+/)
+  const has = (...f) => f.every((x) => flags.includes(x))
   const tag = process.env.LLAMA_ENGINE_TEST_VARIANT || (flags.includes('avx512f') ? 'haswell' : flags.includes('avx2') ? 'sandybridge' : 'x64')
-  run(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--variants', tag])
-  const addon = join(root, 'target', `prebuilt-${tag}`, 'package', 'llama-engine.linux-x64-gnu.node')
-  console.log(`llama-engine: the suites on CPU variant ${tag} (${addon})`)
-  return { LLAMA_ENGINE_ADDON: addon, LLAMA_ENGINE_CPU_VARIANT: tag }
+  // Every variant this CPU can run, for portable mode's golden file (ggml's tags and their ISAs).
+  const runnable = [
+    ['x64', true],
+    ['sandybridge', has('avx')],
+    ['haswell', has('avx2', 'fma', 'f16c', 'bmi2')],
+    ['skylakex', has('avx512f', 'avx512bw', 'avx512vl', 'avx512dq')],
+    ['icelake', has('avx512f', 'avx512vbmi', 'avx512_vnni')],
+  ]
+    .filter(([, ok]) => ok)
+    .map(([t]) => t)
+  const tags = process.env.LLAMA_ENGINE_TEST_VARIANTS ? process.env.LLAMA_ENGINE_TEST_VARIANTS.split(',') : [...new Set([tag, ...runnable])]
+  const dir = tags.join('-')
+  run(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--variants', tags.join(',')])
+  const addon = join(root, 'target', `prebuilt-${dir}`, 'package', 'llama-engine.linux-x64-gnu.node')
+  console.log(`llama-engine: the suites on CPU variant ${tag} (${addon}); portable mode also on ${tags.filter((t) => t !== tag).join(', ') || 'no other variant'}`)
+  return { env: { LLAMA_ENGINE_ADDON: addon, LLAMA_ENGINE_CPU_VARIANT: tag }, others: tags.filter((t) => t !== tag) }
 }

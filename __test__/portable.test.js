@@ -1,0 +1,176 @@
+// determinism: 'portable' — the same tokens and probabilities on every CPU.
+//
+// One golden file (fixtures/portable-golden.json), written on the reference
+// machine, holds what portable mode computes: for fixed greedy and seeded
+// completions (SmolLM2 Q4_1, gemma-3 Q4_K_M and, in test:full, every other
+// fixture quantization) the token ids and the f32 bits of their top
+// probabilities, an embedding's bits, and a digest of every portable kernel
+// on fixed inputs (every weight type, exp/silu/gelu/…, softmax, RMS norm,
+// RoPE). This suite compares what this machine computes with it:
+// `npm test` on this build (the native one), `npm run test:variant` again
+// under every x86-64 CPU variant this machine can run
+// (LLAMA_ENGINE_CPU_VARIANT: baseline SSE2, AVX, AVX2, AVX-512, VNNI…), and
+// `npm run test:platforms` under qemu-aarch64 and wine. A mismatch names
+// the variant, the case or kernel, and the first differing position.
+//
+// Regenerate the golden file (after changing a portable kernel, on purpose):
+//   LLAMA_ENGINE_WRITE_GOLDEN=1 npx jest __test__/portable.test.js
+// Also here: portable mode's guarantees that are not about other machines —
+// speculation identical to `off`, parallel slots identical to alone, the
+// prefix cache, validation, a model with a weight type it does not cover.
+const fs = require('node:fs')
+const path = require('node:path')
+const { LlamaEngine, TARGET, DRAFT, GEMMA, FULL, model, run } = require('./helpers')
+const { binding } = require('../lib/addon/native.js')
+
+const GOLDEN_FILE = path.join(__dirname, 'fixtures', 'portable-golden.json')
+const WRITE = process.env.LLAMA_ENGINE_WRITE_GOLDEN === '1'
+const VARIANT = process.env.LLAMA_ENGINE_CPU_VARIANT || 'this build'
+const golden = WRITE || !fs.existsSync(GOLDEN_FILE) ? { digests: {}, cases: {} } : JSON.parse(fs.readFileSync(GOLDEN_FILE, 'utf8'))
+const written = { digests: {}, cases: {} }
+
+const PROMPT = 'The history of the printing press'
+const STORY = 'Once upon a time, in a small village by the sea,'
+// Greedy, and seeded with the request defaults (top-k 40, top-p 0.95,
+// min-p 0.05: llama.cpp's samplers, patched to portable exp and log).
+const greedy = (prompt, n) => ({ prompt, n_predict: n, temperature: 0, n_probs: 2, ignore_eos: true })
+const seeded = (prompt, n) => ({ prompt, n_predict: n, temperature: 0.9, seed: 7, n_probs: 2, ignore_eos: true })
+
+const CASES = [
+  ['SmolLM2 Q4_1 greedy', TARGET, greedy(PROMPT, 24)],
+  ['SmolLM2 Q4_1 seeded', TARGET, seeded(STORY, 24)],
+  ['gemma-3 Q4_K_M greedy', GEMMA, greedy(PROMPT, 16)],
+  ['gemma-3 Q4_K_M seeded', GEMMA, seeded(STORY, 16)],
+  ...(FULL || WRITE
+    ? [
+        ['SmolLM2 F16 greedy', model('SmolLM2-135M-Instruct.F16.gguf'), greedy(PROMPT, 16)],
+        ['SmolLM2 F32 greedy', model('SmolLM2-135M-Instruct.F32.gguf'), greedy(PROMPT, 16)],
+        ['SmolLM2 Q8_0 greedy', model('SmolLM2-135M-Instruct.Q8_0.gguf'), greedy(PROMPT, 16)],
+        ['SmolLM2 Q4_0 greedy', model('SmolLM2-135M-Instruct.Q4_0.gguf'), greedy(PROMPT, 16)],
+        ['gemma-3 Q5_K_M greedy', model('gemma-3-270m.Q5_K_M.gguf'), greedy(PROMPT, 16)],
+        ['gemma-3 Q6_K greedy', model('gemma-3-270m.Q6_K.gguf'), greedy(PROMPT, 16)],
+        ['gemma-3 Q8_0 seeded', model('gemma-3-270m.Q8_0.gguf'), seeded(STORY, 16)],
+        ['SmolLM2 Q4_1 + LoRA greedy', TARGET, { ...greedy(PROMPT, 16), lora: [{ id: 0, scale: 1 }] }],
+        ['SmolLM2 Q4_1 JSON schema', TARGET, { ...greedy('A person as JSON:', 24), json_schema: { type: 'object', properties: { name: { type: 'string' }, age: { type: 'integer' } }, required: ['name', 'age'] } }],
+      ]
+    : []),
+]
+
+/** f32 bits of a probability, as hex (the engine's numbers are f32s, printed shortest). */
+const bits = (p) => {
+  const f = new Float32Array([p])
+  return new Uint32Array(f.buffer)[0].toString(16).padStart(8, '0')
+}
+/** Per generated token: [id, [[id, bits], …] of its top probabilities]. */
+const trace = (tokens) => tokens.map((t) => [t.id, (t.probs || []).map((p) => [p.id, bits(p.prob)])])
+
+/** The first position where two traces differ, in words (null: identical). */
+function firstDifference(got, want) {
+  for (let i = 0; i < Math.max(got.length, want.length); i++) {
+    if (JSON.stringify(got[i]) !== JSON.stringify(want[i])) {
+      return `first difference at generated token ${i}: ${JSON.stringify(got[i] ?? null)} here, ${JSON.stringify(want[i] ?? null)} in the golden file`
+    }
+  }
+  return null
+}
+
+const engines = new Map()
+async function portable(modelPath, extra = {}) {
+  const key = modelPath + JSON.stringify(extra)
+  if (!engines.has(key)) engines.set(key, await LlamaEngine.load({ modelPath, determinism: 'portable', contextSize: 1024, threads: 2, parallel: 2, ...extra }))
+  return engines.get(key)
+}
+
+afterAll(async () => {
+  for (const e of engines.values()) await e.dispose()
+  if (WRITE) fs.writeFileSync(GOLDEN_FILE, `${JSON.stringify({ ...written, note: 'determinism: portable, written by __test__/portable.test.js (LLAMA_ENGINE_WRITE_GOLDEN=1)' }, null, 1)}\n`)
+})
+
+describe(`the golden file, on ${VARIANT}`, () => {
+  test('every portable kernel computes the reference bits (a digest per op on fixed inputs)', () => {
+    const d = binding.portableDigest()
+    expect(Object.keys(d.ops).length).toBeGreaterThanOrEqual(25)
+    written.digests = d.ops
+    if (WRITE) return
+    const differ = Object.keys(golden.digests).filter((op) => d.ops[op] !== golden.digests[op])
+    expect({ variant: VARIANT, differingOps: differ }).toEqual({ variant: VARIANT, differingOps: [] })
+    // the engine's own reference (its load-time self-check) agrees
+    expect(d.mismatches).toEqual([])
+  })
+
+  test.each(CASES)('%s: the token ids and probability bits of the golden file', async (name, modelPath, request) => {
+    const lora = request.lora ? { loras: [{ path: model('SmolLM2-135M-Instruct.lora-test.gguf'), scale: 0 }] } : {}
+    const engine = await portable(modelPath, lora)
+    const st = engine.status()
+    expect(st.determinism).toBe('portable')
+    expect({ batchInvariant: st.batchInvariant, why: st.batchInvariant ? '' : st.batchInvariance }).toEqual({ batchInvariant: true, why: '' })
+    const r = await run(engine, request)
+    const got = trace(r.tokens)
+    // (a JSON schema ends the answer when the object is complete)
+    expect(got.length).toBe(request.json_schema ? Math.min(got.length, request.n_predict) : request.n_predict)
+    expect(got.length).toBeGreaterThan(request.json_schema ? 4 : 0)
+    written.cases[name] = got
+    if (WRITE) return
+    expect(golden.cases[name]).toBeDefined()
+    expect({ variant: VARIANT, case: name, difference: firstDifference(got, golden.cases[name]) }).toEqual({ variant: VARIANT, case: name, difference: null })
+  })
+
+  test('an embedding: the bits of its vector', async () => {
+    const engine = await portable(TARGET)
+    const { embeddings } = await engine.embed('The quick brown fox jumps over the lazy dog.')
+    const vec = Array.from(embeddings[0], bits)
+    expect(vec.length).toBe(engine.status().embeddingSize)
+    written.cases.embedding = vec
+    if (WRITE) return
+    const diff = vec.findIndex((b, i) => b !== golden.cases.embedding[i])
+    expect({ variant: VARIANT, firstDifferingValue: diff }).toEqual({ variant: VARIANT, firstDifferingValue: -1 })
+  })
+})
+
+describe('portable mode keeps the engine’s guarantees', () => {
+  test('speculation gives what mode off gives, token and probability bits (n-gram, a draft model)', async () => {
+    const engine = await portable(TARGET, { draftModelPath: model('SmolLM2-135M-Instruct.Q8_0.gguf') })
+    const passage = 'Repeat the passage word for word.\n\nThe keeper climbed the stairs at dusk, carrying a lantern and a notebook.\n\nPassage:\n'
+    const base = { prompt: passage, n_predict: 32, temperature: 0, n_probs: 2, ignore_eos: true }
+    const off = trace((await run(engine, { ...base, speculative: { mode: 'off' } })).tokens)
+    let drafted = 0
+    for (const speculative of [{ mode: 'ngram', adaptive: false, n_max: 16 }, { mode: 'draft', adaptive: false, n_max: 8, p_min: 0 }]) {
+      const r = await run(engine, { ...base, speculative })
+      expect({ mode: speculative.mode, difference: firstDifference(trace(r.tokens), off) }).toEqual({ mode: speculative.mode, difference: null })
+      drafted += r.result.speculative.n_drafted
+    }
+    expect(drafted).toBeGreaterThan(0)
+  })
+
+  test('two requests decoded together give what each gives alone; a repeated prompt (prefix cache) too', async () => {
+    const engine = await portable(TARGET)
+    const a = greedy(PROMPT, 16)
+    const b = seeded(STORY, 16)
+    const alone = [trace((await run(engine, a)).tokens), trace((await run(engine, b)).tokens)]
+    const together = await Promise.all([run(engine, a), run(engine, b)])
+    expect(together.map((r) => trace(r.tokens))).toEqual(alone)
+    const again = await run(engine, a)
+    expect(again.result.tokens_cached).toBeGreaterThan(0)
+    expect(trace(again.tokens)).toEqual(alone[0])
+  })
+
+  test('the options: determinism is checked, GPU layers and RPC workers are refused with it', async () => {
+    const fail = (opts) => LlamaEngine.load({ modelPath: TARGET, ...opts }).then(
+      () => null,
+      (e) => ({ code: e.code, field: /^(\w+)/.exec(e.message)?.[1] }),
+    )
+    expect(await fail({ determinism: 'exact' })).toEqual({ code: 'INVALID_REQUEST', field: 'determinism' })
+    expect(await fail({ determinism: 'portable', gpuLayers: 1 })).toEqual({ code: 'INVALID_REQUEST', field: 'gpuLayers' })
+    expect(await fail({ determinism: 'portable', rpc: ['127.0.0.1:50052'], isolation: 'process' })).toEqual({ code: 'INVALID_REQUEST', field: 'rpc' })
+    const def = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, threads: 2 })
+    expect(def.status().determinism).toBe('default')
+    await def.dispose()
+  })
+
+  test('a model with a weight type the portable kernels do not cover fails to load, naming it', async () => {
+    // SmolLM2 Q2_K: its Q2_K mat-muls have no portable kernel
+    const e = await LlamaEngine.load({ modelPath: DRAFT, determinism: 'portable', contextSize: 512, threads: 2 }).catch((err) => err)
+    expect(e && e.code).toBe('MODEL_LOAD_FAILED')
+    expect(e.message).toMatch(/portable.*products with Q[23]_K/)
+  })
+})
