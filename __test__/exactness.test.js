@@ -319,7 +319,8 @@ describe('the load-time self-check', () => {
   })
 })
 
-describe('self-check verdicts kept across processes', () => {
+// test:full (18 s: five processes).
+;(FULL ? describe : describe.skip)('self-check verdicts kept across processes', () => {
   test('the next process with the same model and settings reuses the verdict; a damaged file is checked afresh and replaced', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-verdicts-'))
     const file = path.join(dir, 'self-check.bin')

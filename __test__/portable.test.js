@@ -163,6 +163,39 @@ describe('portable mode keeps the engine’s guarantees', () => {
     expect(trace(again.tokens)).toEqual(alone[0])
   })
 
+  test('a session saved in portable mode continues as computing it does; one of the default mode is refused', async () => {
+    const os = require('node:os')
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'portable-session-'))
+    try {
+      const engine = await portable(TARGET)
+      const conversation = { prompt: `${PROMPT}, told in a long story. ${STORY}` }
+      const next = { prompt: `${conversation.prompt} The`, n_predict: 12, temperature: 0, n_probs: 2 }
+      const want = trace((await run(engine, { ...next, cache_prompt: false })).tokens)
+      const file = path.join(dir, 'p.session')
+      const saved = await engine.saveSession(file, conversation)
+      const other = await LlamaEngine.load({ modelPath: TARGET, determinism: 'portable', contextSize: 1024, threads: 2, parallel: 1 })
+      try {
+        expect(await other.loadSession(file)).toMatchObject({ tokens: saved.tokens, exact: true })
+        const r = await run(other, next)
+        expect(r.result.tokens_cached).toBe(saved.tokens)
+        expect(trace(r.tokens)).toEqual(want)
+      } finally {
+        await other.dispose()
+      }
+      const def = await LlamaEngine.load({ modelPath: TARGET, contextSize: 1024, threads: 2, parallel: 1 })
+      try {
+        await def.saveSession(path.join(dir, 'd.session'), conversation)
+      } finally {
+        await def.dispose()
+      }
+      const err = await engine.loadSession(path.join(dir, 'd.session')).then(() => null, (e) => e)
+      expect(err && err.code).toBe('INVALID_SESSION')
+      expect(err.message).toMatch(/portable|flash attention/)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   test('the options: determinism is checked, GPU layers and RPC workers are refused with it', async () => {
     const fail = (opts) => LlamaEngine.load({ modelPath: TARGET, ...opts }).then(
       () => null,
@@ -174,6 +207,16 @@ describe('portable mode keeps the engine’s guarantees', () => {
     const def = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, threads: 2 })
     expect(def.status().determinism).toBe('default')
     await def.dispose()
+  })
+
+  test('--portable on the command line and serve is determinism: portable', async () => {
+    const { pathToFileURL } = require('node:url')
+    const vm = require('node:vm')
+    const load = new vm.Script('(url) => import(url)', { importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER }).runInThisContext()
+    const { parseServe, parseCli } = await load(pathToFileURL(path.join(__dirname, '..', 'bin', 'llama-engine.mjs')).href)
+    expect(parseCli(['--portable', '--prompt', 'x'], {}).load.determinism).toBe('portable')
+    expect(parseCli(['--prompt', 'x'], {}).load.determinism).toBeUndefined()
+    expect(parseServe(['--portable'], {}).load.determinism).toBe('portable')
   })
 
   test('a model with a weight type the portable kernels do not cover fails to load, naming it', async () => {

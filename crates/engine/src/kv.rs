@@ -21,6 +21,19 @@ use llama_engine_core::error::{EngineError, Result};
 /// The KV settings cells depend on, as session files record them.
 pub const KV_SETTINGS: &str = "K and V f16, flash attention (V not transposed), full-size sliding-window caches";
 
+/// The same in portable mode: other kernels computed the cells (and V is
+/// transposed), so a session of one mode is refused by the other.
+pub const KV_SETTINGS_PORTABLE: &str = "K and V f16, portable kernels, no flash attention (V transposed), full-size sliding-window caches";
+
+/// The KV settings of an engine in portable mode or not.
+pub fn kv_settings(portable: bool) -> &'static str {
+    if portable {
+        KV_SETTINGS_PORTABLE
+    } else {
+        KV_SETTINGS
+    }
+}
+
 fn kv_err(what: &str) -> impl Fn(llama_cpp_2::context::kv_cache::KvCacheConversionError) -> EngineError + '_ {
     move |e| EngineError::internal(format!("{what}: {e}"))
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::chat;
 use super::shared::{Job, SessionJob};
 use super::Engine;
-use crate::kv::KV_SETTINGS;
+use crate::kv::kv_settings;
 use llama_engine_core::cache::session::{Expect, ModelId, Session};
 use llama_engine_core::chat::format::ChatPlan;
 use llama_engine_core::error::{EngineError, ErrorCode, Result};
@@ -108,10 +108,11 @@ impl Engine {
         let info = &self.info;
         let model = ModelId { file: info.name.clone(), fingerprint: info.fingerprint.clone(), n_vocab: info.n_vocab };
         let (n_ctx, max_bytes) = (info.n_ctx as usize, info.session_bytes_max);
+        let kv = kv_settings(info.portable);
         let shared = self.shared.clone();
         let id = self.next_job_id();
         let spawned = std::thread::Builder::new().name("llama-engine-load".into()).spawn(move || {
-            let expect = Expect { model: &model, kv: KV_SETTINGS, n_ctx };
+            let expect = Expect { model: &model, kv, n_ctx };
             match read_session(&path, &expect, max_bytes) {
                 Err(e) => sink.reply(Err(e)),
                 Ok(session) => {

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::prefix::Start;
 use super::Worker;
-use crate::kv::{self, KV_SETTINGS};
+use crate::kv;
 use crate::shared::Job;
 use crate::slot::{Request, Stop};
 use llama_engine_core::cache::session::{Header, ModelId, Session};
@@ -65,7 +65,7 @@ impl Worker<'_> {
         let header = Header {
             engine: engine_id(),
             model: self.model_id(),
-            kv: KV_SETTINGS.into(),
+            kv: kv::kv_settings(self.opts.portable).into(),
             backend: self.models.info.compute_id.clone(),
             exact,
             windowed,
