@@ -28,8 +28,9 @@ const jestArgs = args.filter((a) => a !== '--full' && a !== '--real' && a !== '-
 // What test:variant runs on the other CPU class (quick matrices): every suite
 // that reads what the model wrote (calls, structured output, chats, fills),
 // the bit-exactness of speculation, which each variant owes itself, and
-// status() naming the variant that computed.
-const VARIANT_SUITES = ['portable', 'install', 'exactness', 'families', 'tools', 'chat', 'structured', 'complete', 'parallel', 'controller', 'lora', 'responses', 'openai', 'anthropic', 'infill', 'multimodal']
+// status() naming the variant that computed (LLAMA_ENGINE_TEST_VARIANT_SUITES
+// names others; LLAMA_ENGINE_TEST_VARIANTS the variants built).
+const VARIANT_SUITES = process.env.LLAMA_ENGINE_TEST_VARIANT_SUITES ? process.env.LLAMA_ENGINE_TEST_VARIANT_SUITES.split(',') : ['portable', 'install', 'exactness', 'families', 'tools', 'chat', 'structured', 'complete', 'parallel', 'controller', 'lora', 'responses', 'openai', 'anthropic', 'infill', 'multimodal']
 const REAL_CLIENTS_MODEL = join(process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models'), 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf')
 
 function run(cmd, argv, env = {}) {
