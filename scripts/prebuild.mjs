@@ -147,7 +147,7 @@ const t0 = Date.now()
 for (const sub of ['', 'deps', 'examples']) {
   const dir = join(releaseDir, sub)
   for (const f of existsSync(dir) ? readdirSync(dir) : []) {
-    if (/^(lib)?(llama|ggml)[^_]*\.(so|dll)/.test(f)) rmSync(join(dir, f))
+    if (/^(lib)?(llama|ggml|mtmd)[^_]*\.(so|dll)/.test(f)) rmSync(join(dir, f))
   }
 }
 const cargoArgs = ['build', '--release', '--lib', '--no-default-features', '--features', 'prebuilt', '--target-dir', targetDir]
