@@ -181,8 +181,8 @@ export interface EngineOptions {
    * (AVX2 vs AVX-512, arm64, Windows) may write other tokens. `'portable'`:
    * kernels that compute the same bits on every CPU the packages support
    * (fixed-lane sums in one order, no fused multiply-add, our own
-   * exp/sin/cos), for snapshot tests and reproducible runs; slower (about
-   * 1.4–2× on decode here) and CPU only: `gpuLayers`, `draftGpuLayers` and
+   * exp/sin/cos), for snapshot tests and reproducible runs; slower (decode
+   * 1.4–1.6×, prompts 2.3–2.5× on AVX-512 here) and CPU only: `gpuLayers`, `draftGpuLayers` and
    * `rpc` are refused with it. Weight types F32, F16, BF16, Q4_0, Q4_1,
    * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; a model computing anything else fails
    * to load with `MODEL_LOAD_FAILED` naming it. See docs/testing.md.
