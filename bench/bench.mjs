@@ -126,6 +126,26 @@ const FREE_PROMPTS = [
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 const fmt = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '-')
 
+/**
+ * A table row of runs of two kinds `a` and `b` made in pairs ({ decode,
+ * prefill } tokens/s each): each kind's range, and `ratio(runA, runB)` of
+ * every pair (median, min–max) in the column `name`.
+ */
+function pairedRow(model, runs, [a, b], name, ratio) {
+  const range = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`
+  const paired = (f) => {
+    const xs = runs[b].map((y, i) => ratio(f(runs[a][i]), f(y)))
+    return `${fmt(median(xs), 2)}x (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
+  }
+  const row = { model }
+  for (const what of ['decode', 'prefill']) {
+    row[`${what} tok/s ${a}`] = range(runs[a].map((x) => x[what]))
+    row[`${what} tok/s ${b}`] = range(runs[b].map((x) => x[what]))
+    row[`${what} ${name}`] = paired((x) => x[what])
+  }
+  return row
+}
+
 function table(rows, cols) {
   const widths = cols.map((c) => Math.max(c.length, ...rows.map((r) => String(r[c]).length)))
   const line = (r) => cols.map((c, i) => String(r[c]).padStart(widths[i])).join('  ')
@@ -1243,20 +1263,7 @@ if (sections.has('portable')) {
       }
     }
     // default/portable: how many times slower portable is
-    const ratio = (f) => {
-      const xs = runs.portable.map((x, i) => f(runs.default[i]) / f(x))
-      return `${fmt(median(xs), 2)}x (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
-    }
-    const range = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`
-    rows.push({
-      model: m.replace(/\.gguf$/, ''),
-      'decode tok/s default': range(runs.default.map((x) => x.decode)),
-      'decode tok/s portable': range(runs.portable.map((x) => x.decode)),
-      'decode slowdown': ratio((x) => x.decode),
-      'prefill tok/s default': range(runs.default.map((x) => x.prefill)),
-      'prefill tok/s portable': range(runs.portable.map((x) => x.prefill)),
-      'prefill slowdown': ratio((x) => x.prefill),
-    })
+    rows.push(pairedRow(m.replace(/\.gguf$/, ''), runs, ['default', 'portable'], 'slowdown', (d, p) => d / p))
     all[m] = runs
   }
   table(rows, Object.keys(rows[0]))
@@ -1319,20 +1326,7 @@ if (sections.has('rpc')) {
           await engine.dispose()
         }
       }
-      const ratio = (f) => {
-        const xs = runs.rpc.map((x, i) => f(x) / f(runs.local[i]))
-        return `${fmt(median(xs), 2)}x (${fmt(Math.min(...xs), 2)}–${fmt(Math.max(...xs), 2)})`
-      }
-      const range = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`
-      rows.push({
-        model: m.replace(/\.gguf$/, ''),
-        'decode tok/s local': range(runs.local.map((x) => x.decode)),
-        'decode tok/s rpc': range(runs.rpc.map((x) => x.decode)),
-        'decode rpc/local': ratio((x) => x.decode),
-        'prefill tok/s local': range(runs.local.map((x) => x.prefill)),
-        'prefill tok/s rpc': range(runs.rpc.map((x) => x.prefill)),
-        'prefill rpc/local': ratio((x) => x.prefill),
-      })
+      rows.push(pairedRow(m.replace(/\.gguf$/, ''), runs, ['local', 'rpc'], 'rpc/local', (l, r) => r / l))
       all[m] = runs
     }
     table(rows, Object.keys(rows[0]))
