@@ -587,11 +587,11 @@ pub fn rpc_serve(env: &Env, endpoint: String, threads: u32, cache_dir: Option<St
 /// the same bits).
 #[napi]
 pub fn portable_digest() -> Value {
-    use llama_engine_runtime::ggml_setup;
+    use llama_engine_runtime::portable;
     let _ = llama_engine_runtime::model::backend();
     let ops: serde_json::Map<String, Value> =
-        ggml_setup::portable_digest().into_iter().map(|(n, h)| (n, Value::String(format!("{h:016x}")))).collect();
-    json!({ "ops": ops, "mismatches": ggml_setup::portable_mismatches() })
+        portable::portable_digest().into_iter().map(|(n, h)| (n, Value::String(format!("{h:016x}")))).collect();
+    json!({ "ops": ops, "mismatches": portable::portable_mismatches() })
 }
 
 /// Whether this build has ggml's RPC back end (`rpc`, `rpc-worker`).

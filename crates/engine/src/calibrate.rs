@@ -93,12 +93,12 @@ pub fn calibrate(
     }
     // The portable kernels compute the reference machine's bits here.
     if check.holds() && portable {
-        let differ = ggml_setup::portable_mismatches();
+        let differ = crate::portable::portable_mismatches();
         if !differ.is_empty() {
             check.fail(format!("the portable kernels compute other bits on this CPU than on the reference machine: {}", differ.join(", ")));
         }
     }
-    check.kernels = if portable { ggml_setup::PORTABLE_KERNELS.to_string() } else { ggml_setup::fast_kernels() };
+    check.kernels = if portable { crate::portable::PORTABLE_KERNELS.to_string() } else { ggml_setup::fast_kernels() };
     ctx_clear(cal.ctx);
     check.ms = start.elapsed().as_secs_f64() * 1000.0;
     check

@@ -109,7 +109,7 @@ impl<'m> Embedder<'m> {
             .map_err(|e| EngineError::internal(format!("cannot create the embedding context ({e})")))?;
         // SAFETY: reads a thread-local pointer llama.cpp set as it made `ctx`.
         let raw = unsafe { llama_cpp_sys_2::llama_last_context_created() };
-        crate::ggml_setup::set_portable(raw, opts.portable).map_err(EngineError::internal)?;
+        crate::portable::set_portable(raw, opts.portable).map_err(EngineError::internal)?;
         Ok(Embedder { ctx, raw, projector, batch: LlamaBatch::new(chunk, 1), chunk })
     }
 

@@ -48,6 +48,7 @@ mod matmul_check;
 pub mod media;
 pub mod memory;
 pub mod model;
+pub mod portable;
 mod prepare;
 pub mod rpc;
 pub mod sampler;

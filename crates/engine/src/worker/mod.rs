@@ -151,7 +151,7 @@ impl<'m> Worker<'m> {
         let loras = super::lora::Adapters::load(&ctx, &opts.model_path, &opts.loras)?;
         // SAFETY: reads a thread-local pointer llama.cpp set as it made `ctx`.
         let raw_ctx = unsafe { llama_cpp_sys_2::llama_last_context_created() };
-        crate::ggml_setup::set_portable(raw_ctx, opts.portable).map_err(|why| load_err("target", &opts.model_path, why, Vec::new()))?;
+        crate::portable::set_portable(raw_ctx, opts.portable).map_err(|why| load_err("target", &opts.model_path, why, Vec::new()))?;
         let projector = match &opts.mmproj_path {
             Some(path) => {
                 // SAFETY: the context's model is the live target.
@@ -168,7 +168,7 @@ impl<'m> Worker<'m> {
                 let dctx = dctx.map_err(|e| load_err("draft", path, e.to_string(), log))?;
                 // SAFETY: as for the target's, right after the draft context was made.
                 let raw = unsafe { llama_cpp_sys_2::llama_last_context_created() };
-                crate::ggml_setup::set_portable(raw, opts.portable).map_err(|why| load_err("draft", path, why, Vec::new()))?;
+                crate::portable::set_portable(raw, opts.portable).map_err(|why| load_err("draft", path, why, Vec::new()))?;
                 Some(Rc::new(RefCell::new(DraftContext::new(dctx, parallel, info.n_batch as usize))))
             }
             _ => None,
@@ -225,7 +225,7 @@ impl<'m> Worker<'m> {
         // op the model computes has a portable kernel.
         let known = !info.fingerprint.is_empty() && !build.is_empty() && !opts.portable;
         if opts.portable {
-            crate::ggml_setup::portable_reset_gaps();
+            crate::portable::portable_reset_gaps();
         }
         let file = opts.self_check_cache.as_deref().map(std::path::Path::new);
         worker.invariance = match if known { earlier_verdict(&key, file) } else { None } {
@@ -245,7 +245,7 @@ impl<'m> Worker<'m> {
             d.borrow_mut().calibrate(calibration_tokens(&models.target)[0]);
         }
         if opts.portable {
-            if let Some(op) = crate::ggml_setup::portable_first_gap() {
+            if let Some(op) = crate::portable::portable_first_gap() {
                 // A product's gap is its weights' type: name the types no portable kernel reads.
                 let uncovered: Vec<&str> = models
                     .weight_types
