@@ -10,7 +10,8 @@
 // `npm test` on this build (the native one), `npm run test:variant` again
 // under every x86-64 CPU variant this machine can run
 // (LLAMA_ENGINE_CPU_VARIANT: baseline SSE2, AVX, AVX2, AVX-512, VNNI…), and
-// `npm run test:platforms` under qemu-aarch64 and wine. A mismatch names
+// `npm run test:platforms -- --portable` under qemu-aarch64 and wine
+// (scripts/portable-platform-checks.cjs, with the same cases). A mismatch names
 // the variant, the case or kernel, and the first differing position.
 //
 // Regenerate the golden file (after changing a portable kernel, on purpose):
@@ -20,7 +21,7 @@
 // prefix cache, validation, a model with a weight type it does not cover.
 const fs = require('node:fs')
 const path = require('node:path')
-const { LlamaEngine, TARGET, DRAFT, GEMMA, FULL, model, run } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, FULL, model, run } = require('./helpers')
 const { binding } = require('../lib/addon/native.js')
 
 const GOLDEN_FILE = path.join(__dirname, 'fixtures', 'portable-golden.json')
@@ -29,64 +30,20 @@ const VARIANT = process.env.LLAMA_ENGINE_CPU_VARIANT || 'this build'
 const golden = WRITE || !fs.existsSync(GOLDEN_FILE) ? { digests: {}, cases: {} } : JSON.parse(fs.readFileSync(GOLDEN_FILE, 'utf8'))
 const written = { digests: {}, cases: {} }
 
-const PROMPT = 'The history of the printing press'
-const STORY = 'Once upon a time, in a small village by the sea,'
-// Greedy, and seeded with the request defaults (top-k 40, top-p 0.95,
-// min-p 0.05: llama.cpp's samplers, patched to portable exp and log).
-const greedy = (prompt, n) => ({ prompt, n_predict: n, temperature: 0, n_probs: 2, ignore_eos: true })
-const seeded = (prompt, n) => ({ prompt, n_predict: n, temperature: 0.9, seed: 7, n_probs: 2, ignore_eos: true })
+const { PROMPT, STORY, EMBED, greedy, seeded, QUICK, VARIANT: VARIANT_CASES, FULL: FULL_CASES, LORA, loadOptions, bits, trace, firstDifference, firstDifferingValue, differingOps } = require('./portable-cases')
 
 // `npm test` (the native build): SmolLM2; under a forced CPU variant
 // (test:variant) and in test:full also gemma-3 and speculation; in
-// test:full every other fixture quantization too.
+// test:full every other fixture quantization too (the cases:
+// portable-cases.js, shared with the arm64 and Windows checks).
 const ON_VARIANT = FULL || WRITE || Boolean(process.env.LLAMA_ENGINE_CPU_VARIANT)
 const variantOrFull = ON_VARIANT ? test : test.skip
-const CASES = [
-  ['SmolLM2 Q4_1 greedy', TARGET, greedy(PROMPT, 24)],
-  ['SmolLM2 Q4_1 seeded', TARGET, seeded(STORY, 24)],
-  ...(ON_VARIANT
-    ? [
-        ['gemma-3 Q4_K_M greedy', GEMMA, greedy(PROMPT, 16)],
-        ['gemma-3 Q4_K_M seeded', GEMMA, seeded(STORY, 16)],
-      ]
-    : []),
-  ...(FULL || WRITE
-    ? [
-        ['SmolLM2 F16 greedy', model('SmolLM2-135M-Instruct.F16.gguf'), greedy(PROMPT, 16)],
-        ['SmolLM2 F32 greedy', model('SmolLM2-135M-Instruct.F32.gguf'), greedy(PROMPT, 16)],
-        ['SmolLM2 Q8_0 greedy', model('SmolLM2-135M-Instruct.Q8_0.gguf'), greedy(PROMPT, 16)],
-        ['SmolLM2 Q4_0 greedy', model('SmolLM2-135M-Instruct.Q4_0.gguf'), greedy(PROMPT, 16)],
-        ['gemma-3 Q5_K_M greedy', model('gemma-3-270m.Q5_K_M.gguf'), greedy(PROMPT, 16)],
-        ['gemma-3 Q6_K greedy', model('gemma-3-270m.Q6_K.gguf'), greedy(PROMPT, 16)],
-        ['gemma-3 Q8_0 seeded', model('gemma-3-270m.Q8_0.gguf'), seeded(STORY, 16)],
-        ['SmolLM2 Q4_1 + LoRA greedy', TARGET, { ...greedy(PROMPT, 16), lora: [{ id: 0, scale: 1 }] }],
-        ['SmolLM2 Q4_1 JSON schema', TARGET, { ...greedy('A person as JSON:', 24), json_schema: { type: 'object', properties: { name: { type: 'string' }, age: { type: 'integer' } }, required: ['name', 'age'] } }],
-      ]
-    : []),
-]
-
-/** f32 bits of a probability, as hex (the engine's numbers are f32s, printed shortest). */
-const bits = (p) => {
-  const f = new Float32Array([p])
-  return new Uint32Array(f.buffer)[0].toString(16).padStart(8, '0')
-}
-/** Per generated token: [id, [[id, bits], …] of its top probabilities]. */
-const trace = (tokens) => tokens.map((t) => [t.id, (t.probs || []).map((p) => [p.id, bits(p.prob)])])
-
-/** The first position where two traces differ, in words (null: identical). */
-function firstDifference(got, want) {
-  for (let i = 0; i < Math.max(got.length, want.length); i++) {
-    if (JSON.stringify(got[i]) !== JSON.stringify(want[i])) {
-      return `first difference at generated token ${i}: ${JSON.stringify(got[i] ?? null)} here, ${JSON.stringify(want[i] ?? null)} in the golden file`
-    }
-  }
-  return null
-}
+const CASES = [...QUICK, ...(ON_VARIANT ? VARIANT_CASES : []), ...(FULL || WRITE ? FULL_CASES : [])].map(([name, file, request]) => [name, model(file), request])
 
 const engines = new Map()
 async function portable(modelPath, extra = {}) {
   const key = modelPath + JSON.stringify(extra)
-  if (!engines.has(key)) engines.set(key, await LlamaEngine.load({ modelPath, determinism: 'portable', contextSize: 1024, threads: 2, parallel: 2, ...extra }))
+  if (!engines.has(key)) engines.set(key, await LlamaEngine.load({ ...loadOptions(modelPath), ...extra }))
   return engines.get(key)
 }
 
@@ -101,15 +58,13 @@ describe(`the golden file, on ${VARIANT}`, () => {
     expect(Object.keys(d.ops).length).toBeGreaterThanOrEqual(25)
     written.digests = d.ops
     if (WRITE) return
-    const differ = Object.keys(golden.digests).filter((op) => d.ops[op] !== golden.digests[op])
-    expect({ variant: VARIANT, differingOps: differ }).toEqual({ variant: VARIANT, differingOps: [] })
+    expect({ variant: VARIANT, differingOps: differingOps(d.ops, golden.digests) }).toEqual({ variant: VARIANT, differingOps: [] })
     // the engine's own reference (its load-time self-check) agrees
     expect(d.mismatches).toEqual([])
   })
 
   test.each(CASES)('%s: the token ids and probability bits of the golden file', async (name, modelPath, request) => {
-    const lora = request.lora ? { loras: [{ path: model('SmolLM2-135M-Instruct.lora-test.gguf'), scale: 0 }] } : {}
-    const engine = await portable(modelPath, lora)
+    const engine = await portable(modelPath, request.lora ? { loras: loadOptions(modelPath, model(LORA)).loras } : {})
     const st = engine.status()
     expect(st.determinism).toBe('portable')
     expect({ batchInvariant: st.batchInvariant, why: st.batchInvariant ? '' : st.batchInvariance }).toEqual({ batchInvariant: true, why: '' })
@@ -126,13 +81,12 @@ describe(`the golden file, on ${VARIANT}`, () => {
 
   test('an embedding: the bits of its vector', async () => {
     const engine = await portable(TARGET)
-    const { embeddings } = await engine.embed('The quick brown fox jumps over the lazy dog.')
+    const { embeddings } = await engine.embed(EMBED)
     const vec = Array.from(embeddings[0], bits)
     expect(vec.length).toBe(engine.status().embeddingSize)
     written.cases.embedding = vec
     if (WRITE) return
-    const diff = vec.findIndex((b, i) => b !== golden.cases.embedding[i])
-    expect({ variant: VARIANT, firstDifferingValue: diff }).toEqual({ variant: VARIANT, firstDifferingValue: -1 })
+    expect({ variant: VARIANT, firstDifferingValue: firstDifferingValue(vec, golden.cases.embedding) }).toEqual({ variant: VARIANT, firstDifferingValue: -1 })
   })
 })
 

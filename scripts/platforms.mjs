@@ -16,6 +16,15 @@
 //                    no Vulkan loader and a driver that crashes: the engine
 //                    must then run on the CPU and say why.
 //
+// `--portable` (CI): portable mode's golden file instead
+// (scripts/portable-platform-checks.cjs: the golden cases, the embedding and
+// the kernel digests of __test__/fixtures/portable-golden.json) on
+// linux-arm64-gnu and win32-x64-gnu, with an addon built with a few CPU
+// variants only (prebuild --variants, not a package) and loaded by the
+// repository's JavaScript under the platform's Node, once per variant
+// (PORTABLE_VARIANTS; `--ci`: one per platform); `--full` adds the golden
+// file's other cases.
+//
 // Default: every platform; `--skip-build` reuses a package already in
 // npm/<platform>/, `--quick` runs one emulated CPU per platform and shortens
 // the run on lavapipe (see platform-checks.cjs). Needs root for apt-get (cross compilers, qemu,
@@ -74,11 +83,33 @@ PLATFORMS['linux-x64-gnu-vulkan'] = {
 
 const asked = process.argv.slice(2).filter((a) => !a.startsWith('-'))
 for (const a of asked) if (!PLATFORMS[a]) throw new Error(`unknown platform ${a}: one of ${Object.keys(PLATFORMS).join(', ')}`)
-const which = asked.length ? asked : Object.keys(PLATFORMS)
+const which = asked.length ? asked : process.argv.includes('--portable') ? ['linux-arm64-gnu', 'win32-x64-gnu'] : Object.keys(PLATFORMS)
 const skipBuild = process.argv.includes('--skip-build')
 // --quick: one emulated CPU per platform (the first of its runs); on a GPU
 // that is not batch-invariant (lavapipe), only the checks that assert.
 const quick = process.argv.includes('--quick')
+
+// --portable: [CPU variant, qemu -cpu] per platform: Arm's NEON baseline,
+// dotprod + fp16 (on a Neoverse N1, which qemu emulates about twice as fast
+// as `max`), SVE2 + i8mm; x86-64's SSE2 baseline, AVX2, AVX-512 (the host
+// CPU under wine). `--ci`: one variant per platform (each run under qemu
+// takes 5–9 minutes: the load-time self-check is most of it).
+const portable = process.argv.includes('--portable')
+const PORTABLE_VARIANTS = process.argv.includes('--ci')
+  ? { 'linux-arm64-gnu': [['armv8.2_2', 'neoverse-n1']], 'win32-x64-gnu': [['haswell', null]] }
+  : {
+      'linux-arm64-gnu': [
+        ['armv8.0_1', 'neoverse-n1'],
+        ['armv8.2_2', 'neoverse-n1'],
+        ['armv8.6_2', 'max'],
+      ],
+      'win32-x64-gnu': [
+        ['x64', null],
+        ['haswell', null],
+        ['skylakex', null],
+      ],
+    }
+if (portable && which.some((w) => !PORTABLE_VARIANTS[w])) throw new Error(`--portable: ${Object.keys(PORTABLE_VARIANTS).join(', ')}`)
 
 const failures = []
 const summary = []
@@ -155,6 +186,10 @@ function pack(dir, dest) {
 const mib = (n) => `${(n / 1048576).toFixed(1)} MiB`
 
 for (const name of which) {
+  if (portable) {
+    portableGolden(name)
+    continue
+  }
   if (name === 'linux-x64-gnu-vulkan') {
     vulkan()
     continue
@@ -234,6 +269,50 @@ for (const name of which) {
   summary.push(`${name}: package ${mib(platTgz.size)} (${mib(platTgz.unpacked)} installed)${buildSeconds ? `, build ${(buildSeconds / 60).toFixed(1)} min` : ''}, install ${installSeconds.toFixed(0)} s; ${rows.join('; ')}`)
   if (!process.env.KEEP) rmSync(work, { recursive: true, force: true })
   else console.log(`kept ${work}`)
+}
+
+// Portable mode's golden file under the platform's Node, per CPU variant.
+function portableGolden(name) {
+  const p = PLATFORMS[name]
+  const runs = PORTABLE_VARIANTS[name]
+  console.log(`\n== ${name}: portable mode's golden file`)
+  ensureTools(p)
+  const tags = runs.map(([v]) => v).join(',')
+  const triple = name
+  const addon = join(root, 'target', `prebuilt-${triple}-${tags.replace(/,/g, '-')}`, 'package', `llama-engine.${triple}.node`)
+  let buildSeconds = null
+  if (!skipBuild || !existsSync(addon)) {
+    const t0 = Date.now()
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', p.rustTarget, '--variants', tags], { stdio: 'inherit' })
+    buildSeconds = (Date.now() - t0) / 1000
+  }
+  const work = mkdtempSync(join(tmpdir(), `llama-engine-portable-${name}-`))
+  const win = (f) => (name.startsWith('win32') ? `Z:${f.replace(/\//g, '\\')}` : f)
+  const rows = []
+  for (const [variant, qemuCpu] of runs) {
+    const r = runner(name, p, qemuCpu ?? 'max')
+    const outFile = join(work, `portable-${variant}.json`)
+    const env = { ...process.env, ...r.env, PLATFORM_CHECKS_OUT: win(outFile), LLAMA_ENGINE_ADDON: win(addon), LLAMA_ENGINE_CPU_VARIANT: variant }
+    if (process.argv.includes('--full')) env.PORTABLE_CHECKS_FULL = '1'
+    const t1 = Date.now()
+    const run = spawnSync('sh', ['-c', `"$@" > '${outFile}.log' 2>&1`, 'sh', r.cmd, ...r.pre, join(root, 'scripts', 'portable-platform-checks.cjs'), models, root], { cwd: work, env, stdio: 'ignore' })
+    const seconds = (Date.now() - t1) / 1000
+    const label = `${name} ${variant}${qemuCpu ? ` (qemu -cpu ${qemuCpu})` : ''}`
+    if (!existsSync(outFile)) {
+      log(false, `${label}: the checks did not run (exit ${run.status}): ${readFileSync(`${outFile}.log`, 'utf8').slice(-1500)}`)
+      continue
+    }
+    const res = JSON.parse(readFileSync(outFile, 'utf8'))
+    console.log(`-- ${label} (${seconds.toFixed(0)} s): CPU variant ${res.status?.cpuBackend}, batchInvariant ${res.status?.batchInvariant}`)
+    for (const c of res.checks) log(c.ok, `${label}: ${c.name}: ${c.detail}`)
+    // The variant asked for is the one that computed (not a fallback).
+    log(new RegExp(`\\b${variant.replace('.', '\\.')}\\b`).test(res.status?.cpuBackend ?? ''), `${label}: computed by CPU variant ${res.status?.cpuBackend}`)
+    const printed = readFileSync(`${outFile}.log`, 'utf8').trim()
+    log(printed === '', `${label}: nothing printed${printed ? `: ${printed.slice(0, 300)}` : ''}`)
+    rows.push(`${variant} ${res.checks.every((c) => c.ok) ? 'equal' : 'DIFFERS'} (${seconds.toFixed(0)} s)`)
+  }
+  summary.push(`${name} portable golden file: ${rows.join(', ')}${buildSeconds ? `; build ${(buildSeconds / 60).toFixed(1)} min` : ''}`)
+  if (!process.env.KEEP) rmSync(work, { recursive: true, force: true })
 }
 
 // The Vulkan module beside the linux-x64-gnu package, natively.

@@ -84,7 +84,8 @@ if (only !== null && !/^[a-z0-9_.]+(,[a-z0-9_.]+)*$/.test(only)) {
   console.error('npm run prebuild -- --variants: comma-separated CPU variant tags (haswell, skylakex, …; docs/packaging.md)')
   process.exit(1)
 }
-const targetDir = join(root, 'target', only ? `prebuilt-${only.replace(/,/g, '-')}` : 'prebuilt')
+// (a cross build's: target/prebuilt-<platform>-<tags>/package)
+const targetDir = join(root, 'target', only ? `prebuilt-${rustTarget ? `${triple}-` : ''}${only.replace(/,/g, '-')}` : 'prebuilt')
 const pkgDir = only ? join(targetDir, 'package') : join(root, 'npm', triple)
 const releaseDir = rustTarget ? join(targetDir, rustTarget, 'release') : join(targetDir, 'release')
 
