@@ -16,7 +16,8 @@
 //                    no Vulkan loader and a driver that crashes: the engine
 //                    must then run on the CPU and say why.
 //
-// `--portable` (CI): portable mode's golden file instead
+// `--portable` (before a release; not in CI for its ~24 minutes with
+// `--ci`): portable mode's golden file instead
 // (scripts/portable-platform-checks.cjs: the golden cases, the embedding and
 // the kernel digests of __test__/fixtures/portable-golden.json) on
 // linux-arm64-gnu and win32-x64-gnu, with an addon built with a few CPU
@@ -278,8 +279,8 @@ function portableGolden(name) {
   console.log(`\n== ${name}: portable mode's golden file`)
   ensureTools(p)
   const tags = runs.map(([v]) => v).join(',')
-  const triple = name
-  const addon = join(root, 'target', `prebuilt-${triple}-${tags.replace(/,/g, '-')}`, 'package', `llama-engine.${triple}.node`)
+  // where prebuild.mjs puts a cross build with --variants
+  const addon = join(root, 'target', `prebuilt-${name}-${tags.replace(/,/g, '-')}`, 'package', `llama-engine.${name}.node`)
   let buildSeconds = null
   if (!skipBuild || !existsSync(addon)) {
     const t0 = Date.now()
