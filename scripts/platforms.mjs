@@ -16,8 +16,8 @@
 //                    no Vulkan loader and a driver that crashes: the engine
 //                    must then run on the CPU and say why.
 //
-// `--portable` (before a release; not in CI for its ~24 minutes with
-// `--ci`): portable mode's golden file instead
+// `--portable` (`--ci` in CI, beside the suites at the lowest priority: ~24
+// minutes alone): portable mode's golden file instead
 // (scripts/portable-platform-checks.cjs: the golden cases, the embedding and
 // the kernel digests of __test__/fixtures/portable-golden.json) on
 // linux-arm64-gnu and win32-x64-gnu, with an addon built with a few CPU
@@ -27,7 +27,7 @@
 // file's other cases.
 //
 // Default: every platform; `--skip-build` reuses a package already in
-// npm/<platform>/, `--quick` runs one emulated CPU per platform and shortens
+// npm/<platform>/, `--tools` only installs what the runs need, `--quick` runs one emulated CPU per platform and shortens
 // the run on lavapipe (see platform-checks.cjs). Needs root for apt-get (cross compilers, qemu,
 // wine) the first time, and rustup for the Rust targets. Prints one line per
 // check and a summary per platform; exit code 0 when every check held.
@@ -185,6 +185,17 @@ function pack(dir, dest) {
   return { file: join(dest, info.filename), size: info.size, unpacked: info.unpackedSize }
 }
 const mib = (n) => `${(n / 1048576).toFixed(1)} MiB`
+
+// --tools: only what the runs need (apt packages, Rust targets, the
+// platforms' Node binaries), so CI can install them in the foreground and
+// run the builds and checks beside the tests.
+if (process.argv.includes('--tools')) {
+  for (const name of which) {
+    ensureTools(PLATFORMS[name])
+    if (PLATFORMS[name].nodePkg) nodeFor(PLATFORMS[name])
+  }
+  process.exit(0)
+}
 
 for (const name of which) {
   if (portable) {

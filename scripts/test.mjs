@@ -24,7 +24,10 @@ const args = process.argv.slice(2)
 const full = args.includes('--full')
 const real = args.includes('--real')
 const variant = args.includes('--variant')
-const jestArgs = args.filter((a) => a !== '--full' && a !== '--real' && a !== '--variant')
+// `--variant --build-only`: only the addon test:variant runs on (CI builds it
+// beside the other suites).
+const buildOnly = args.includes('--build-only')
+const jestArgs = args.filter((a) => !['--full', '--real', '--variant', '--build-only'].includes(a))
 // What test:variant runs on the other CPU class (quick matrices): every suite
 // that reads what the model wrote (calls, structured output, chats, fills),
 // the bit-exactness of speculation, which each variant owes itself, and
@@ -38,8 +41,13 @@ function run(cmd, argv, env = {}) {
   if (r.status !== 0) process.exit(r.status ?? 1)
 }
 
-ensureReady({ real })
+if (buildOnly && !variant) {
+  console.error('--build-only: with --variant')
+  process.exit(1)
+}
+if (!buildOnly) ensureReady({ real })
 const variantInfo = variant ? variantAddon() : null
+if (buildOnly) process.exit(0)
 const variantEnv = variantInfo ? variantInfo.env : {}
 if (!real && !variant) run('cargo', ['test', '--release', '--lib', '--example', 'ngram_ceiling'])
 // The self-check's verdicts kept across the run's processes, in a directory
