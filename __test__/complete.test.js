@@ -156,8 +156,12 @@ describe('request fields', () => {
     const a = await run(engine, JSON.stringify({ prompt: 'One, two, three,', n_predict: 6, temperature: 0 }))
     const b = await run(engine, { prompt: 'One, two, three,', n_predict: 6, temperature: 0 })
     expect(a.result.content).toBe(b.result.content)
-    const c = await run(engine, 'One, two, three,')
-    expect(c.result.generation_settings.temperature).toBeCloseTo(0.8)
+    // A plain string takes the defaults (n_predict -1: until the end of
+    // text or the context); stopped at its first token.
+    const ac = new AbortController()
+    const c = await engine.complete('One, two, three,', (e) => e.type === 'token' && ac.abort(), ac.signal)
+    expect(c.stopped_abort).toBe(true)
+    expect(c.generation_settings.temperature).toBeCloseTo(0.8)
   })
 
   test('n_predict 0 generates nothing', async () => {

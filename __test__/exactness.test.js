@@ -269,7 +269,8 @@ describe('the load-time self-check', () => {
     }
   })
 
-  test('holds when a worker thread loads the addon first, and for engines loaded after another one ran', () => {
+  // test:full only: npm test stays under its 10 minutes (CI runs it).
+  ;(FULL ? test : test.skip)('holds when a worker thread loads the addon first, and for engines loaded after another one ran', () => {
     const out = inChild(
       `
       const code = \`

@@ -105,7 +105,8 @@ againstCli("the same greedy text as llama.cpp's mtmd-cli for the same model, pro
   expect(new Set(outputs).size).toBe(3)
 }, 120_000)
 
-test('an image request beside text requests: each the same bits as alone', async () => {
+// test:full only: npm test stays under its 10 minutes (CI runs it).
+;(FULL ? test : test.skip)('an image request beside text requests: each the same bits as alone', async () => {
   const fresh = await LlamaEngine.load({ modelPath: GEMMA, mmprojPath: MMPROJ, chatTemplate: GEMMA_TEMPLATE, contextSize: 512, parallel: 1 })
   const text = { messages: [{ role: 'user', content: 'Write a haiku about the sea.' }], n_predict: 24, temperature: 0, n_probs: 3 }
   let alone
@@ -204,7 +205,8 @@ fullTest('the draft model drafts the text around an image: the same tokens and p
   }
 }, 180_000)
 
-test('embed() of text with an image: its own vector, the same bits alone, beside others and from a file', async () => {
+// test:full only: npm test stays under its 10 minutes (CI runs it).
+;(FULL ? test : test.skip)('embed() of text with an image: its own vector, the same bits alone, beside others and from a file', async () => {
   const parts = (image, text = 'A picture of shapes.') => [{ type: 'image', data: image }, { type: 'text', text }]
   const one = await engine.embed(parts(images[0].bytes))
   expect(one.embeddings).toHaveLength(1)

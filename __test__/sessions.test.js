@@ -96,7 +96,9 @@ describe('prefixes shared across slots', () => {
 })
 
 describe('the host-memory prompt cache', () => {
-  test('a conversation pushed out of its slot comes back from RAM, exactly, beside another request', async () => {
+  // test:full only: npm test stays under its 10 minutes (CI runs it); the
+  // turn-taking test below restores from RAM in npm test.
+  ;(FULL ? test : test.skip)('a conversation pushed out of its slot comes back from RAM, exactly, beside another request', async () => {
     const e = await load({ parallel: 1 })
     try {
       const q = chat('Which categories have 30 days?')
@@ -219,7 +221,8 @@ describe('sessions on disk', () => {
     expect(out.trace).toBe(await computed(nextTurn))
   }, CHILD_TIMEOUT + 60_000)
 
-  test('a sliding-window model (gemma-3, window 512) past its window: restored exactly', async () => {
+  // test:full only: npm test stays under its 10 minutes (CI runs it).
+  ;(FULL ? test : test.skip)('a sliding-window model (gemma-3, window 512) past its window: restored exactly', async () => {
     const template = `{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}`
     const g = { modelPath: GEMMA, contextSize: 2048, threads: 2, chatTemplate: template }
     const long = { messages: [{ role: 'user', content: SYSTEM }, { role: 'assistant', content: 'Understood.' }] }
@@ -247,7 +250,8 @@ describe('sessions on disk', () => {
     }
   })
 
-  test('saving while other requests run: they are undisturbed and the file loads', async () => {
+  // test:full only: npm test stays under its 10 minutes (CI runs it).
+  ;(FULL ? test : test.skip)('saving while other requests run: they are undisturbed and the file loads', async () => {
     const e = await load({ parallel: 3 })
     try {
       const others = [chat('What is policy 4?', { n_predict: 32 }), { prompt: 'The history of tools: ', n_predict: 32, temperature: 0, n_probs: 2 }]
@@ -263,7 +267,8 @@ describe('sessions on disk', () => {
     }
   })
 
-  test('files that are not this engine’s sessions are refused, saying why', async () => {
+  // test:full only: npm test stays under its 10 minutes (CI runs it).
+  ;(FULL ? test : test.skip)('files that are not this engine’s sessions are refused, saying why', async () => {
     const e = await load({ parallel: 1 })
     const bytes = fs.readFileSync(file)
     const write = (name, b) => {

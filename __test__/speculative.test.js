@@ -2,7 +2,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, user, run } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, user, run, FULL } = require('./helpers')
 
 // A request's input: a chat (rendered with the model's template) or a plain prompt.
 const ask = (text) => ({ messages: user(text) })
@@ -112,7 +112,8 @@ describe.each([['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS]])('greedy 
   // position decoded in a batch different rounding from the same position
   // decoded alone, and greedy output flipped at near-ties. The engine is built
   // and configured so that every position's logits are batch-size invariant.
-  test('identity holds on a long input-grounded prompt (128 tokens)', async () => {
+  // test:full only: npm test stays under its 10 minutes (CI runs it).
+  ;(FULL ? test : test.skip)('identity holds on a long input-grounded prompt (128 tokens)', async () => {
     const base = { ...LONG_PROMPT, n_predict: 128, temperature: 0, ignore_eos: true, cache_prompt: false }
     expect(engine.tokenize(engine.applyChatTemplate(LONG_PROMPT.messages), { special: true }).length).toBeGreaterThan(256)
     const off = await run(engine, { ...base, speculative: { mode: 'off' } })
