@@ -3,6 +3,9 @@
 //!
 //! - `request`: what callers send (requests, load options, grammars), parsed
 //!   and validated, and the one list of request fields;
+//! - `gbnf`: GBNF grammars read once, as llama.cpp reads them: users'
+//!   checked before llama.cpp sees them, llama.cpp's call grammars
+//!   converted for llguidance (in `chat`);
 //! - `cache`: prompt state beyond its slot — llama.cpp's sequence states
 //!   checked, the host-memory prompt cache, session files;
 //! - `chat`: chat messages and their rendering with a Jinja template;
@@ -22,6 +25,7 @@ pub mod chat;
 pub mod embed;
 pub mod error;
 pub mod files;
+pub mod gbnf;
 pub mod gguf;
 pub mod json;
 pub mod request;

@@ -12,9 +12,9 @@ use llama_cpp_2::model::LlamaModel;
 use serde_json::{json, Value};
 
 use super::chat_native::{self, NativeParser};
+use llama_engine_core::chat::call_grammar::{call_grammar, value_closers};
 use llama_engine_core::chat::closing::close_values;
 use llama_engine_core::chat::format::SharedParser;
-use llama_engine_core::chat::gbnf_lark::{self, value_closers};
 use llama_engine_core::chat::output::{OutputParser, ToolCall};
 use llama_engine_core::chat::reparse::ReparseReader;
 use llama_engine_core::chat::tools::ToolChoice;
@@ -202,7 +202,7 @@ pub fn prepare(req: &mut CompletionRequest, chat: std::result::Result<&Chat, Eng
             }
         }
         // A required or named call is forced in the family's own syntax:
-        // llama.cpp's grammar for it, made fit for llguidance (`gbnf_lark`),
+        // llama.cpp's grammar for it, made fit for llguidance (`call_grammar`),
         // compiled as having read the generation prompt. Where that cannot
         // be done the call is only read. A JSON answer's schema constrains
         // as with every family.
@@ -256,7 +256,7 @@ fn native_call_grammar(made: &NativeMade, prompt: &str, special: &dyn Fn(&str) -
     if made.call_gbnf.is_empty() || !prompt.ends_with(&made.generation_prompt) {
         return None;
     }
-    let lark = gbnf_lark::call_grammar(&made.call_gbnf, special).ok()?;
+    let lark = call_grammar(&made.call_gbnf, special).ok()?;
     Some(Grammar::LarkAfter(lark, made.generation_prompt.clone()))
 }
 

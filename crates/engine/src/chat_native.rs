@@ -182,7 +182,7 @@ mod tests {
         );
         println!("GBNF:\n{}", d.grammar);
         if let Ok(out) = std::env::var("OUT") {
-            // A fixture for `core::chat::gbnf_lark`'s tests.
+            // A fixture for `core::chat::call_grammar`'s tests.
             let prompt = serde_json::to_string(&d.generation_prompt).unwrap();
             std::fs::write(out, format!("# generation prompt: {prompt}\n{}", d.grammar)).unwrap();
         }

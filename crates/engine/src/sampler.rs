@@ -345,7 +345,7 @@ pub fn argmax(logits: &[f32]) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use llama_engine_core::request::gbnf::check_gbnf;
+    use llama_engine_core::gbnf::check_gbnf;
     use std::ffi::CString;
 
     /// llama.cpp's own verdict on a grammar (no vocabulary: no named tokens).

@@ -11,9 +11,9 @@
 //!
 //! So a value ends at the first closing tag, in both directions: the call
 //! grammar ends the value's text there (and then forces the white space
-//! after the tag, [`super::gbnf_lark`]), and before llama.cpp's parser reads
-//! an answer, the white space it expects around such a tag is supplied
-//! where the model left it out ([`close_values`]).
+//! after the tag, [`super::call_grammar`]), and before llama.cpp's parser
+//! reads an answer, the white space it expects around such a tag is
+//! supplied where the model left it out ([`close_values`]).
 
 use std::borrow::Cow;
 

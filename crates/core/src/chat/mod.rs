@@ -4,12 +4,12 @@
 //! and reasoning and what constrains them (`format`), and the answer split
 //! into content, reasoning and tool calls as it streams (`output`; with a
 //! parser that reads whole answers, such as llama.cpp's, `reparse`; its
-//! call grammars made fit for llguidance, `gbnf_lark`; where a tag-delimited
-//! argument value ends, `closing`).
+//! call grammars made fit for llguidance, `call_grammar`; where a
+//! tag-delimited argument value ends, `closing`).
 
+pub mod call_grammar;
 pub mod closing;
 pub mod format;
-pub mod gbnf_lark;
 pub mod messages;
 pub mod output;
 pub mod reparse;

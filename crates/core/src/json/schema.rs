@@ -5,7 +5,7 @@
 //! count a schema can hold — array and object sizes, string lengths, the
 //! `{m,n}` of a pattern — is checked here first, alone and multiplied by the
 //! counts it sits inside, with the same bounds as a GBNF grammar's
-//! repetitions (`core::request::gbnf`). What passes compiles in
+//! repetitions (`core::gbnf`). What passes compiles in
 //! milliseconds; llguidance's own `ParserLimits` then bound the rest
 //! (`core::sampling::constraint`).
 

@@ -1,14 +1,14 @@
 //! What a caller hands in, parsed and validated before anything reaches
 //! llama.cpp: completion requests (`parse`, with the one list of their
-//! fields in `fields`), load options (`options`), grammars (`gbnf`), and the
-//! prompt's truncation rules (`prompt`). JSON schemas and the wording of
-//! error messages are `crate::json`'s, shared with `chat`. Everything past this module works
-//! on the typed, validated values defined here.
+//! fields in `fields`), load options (`options`), and the prompt's
+//! truncation rules (`prompt`). Grammars are checked by `crate::gbnf`; JSON
+//! schemas and the wording of error messages are `crate::json`'s, shared
+//! with `chat`. Everything past this module works on the typed, validated
+//! values defined here.
 
 pub mod fields;
 #[cfg(test)]
 mod fuzz;
-pub mod gbnf;
 pub mod infill;
 pub mod media;
 pub mod options;

@@ -10,12 +10,12 @@ use std::fmt::Display;
 use serde_json::{Map, Number, Value};
 
 use super::fields::*;
-use super::gbnf::check_gbnf;
 use super::infill::Infill;
 use super::{CompletionRequest, PromptPart, RequestLimits, SamplingParams, SpecMode, SpeculativeParams, MAX_LORAS, MAX_LORA_SCALE};
 use crate::chat::parse_messages;
 use crate::chat::tools::{parse_chat_options, ResponseFormat};
 use crate::error::{EngineError, Result};
+use crate::gbnf::check_gbnf;
 use crate::json::describe::{truncate, type_name};
 use crate::speculation::suffix::namespace_problem;
 

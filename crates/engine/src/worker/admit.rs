@@ -23,7 +23,7 @@ use crate::slot::{ControllerKey, KeptController, PromptTokens, Request};
 use llama_engine_core::chat::format::{json_answer, ChatPlan};
 use llama_engine_core::chat::tools::ResponseFormat;
 use llama_engine_core::error::{EngineError, Result};
-use llama_engine_core::request::gbnf::check_gbnf;
+use llama_engine_core::gbnf::check_gbnf;
 use llama_engine_core::request::{prompt, CompletionRequest, PromptPart, SpecMode, SpeculativeParams};
 use llama_engine_core::sampling::budget::ReasoningBudget;
 use llama_engine_core::sampling::constraint::{Compiler, Constraint, Grammar};
@@ -350,7 +350,7 @@ impl<'m> DrafterHost<'m> for Host<'_, 'm> {
 }
 
 /// The GBNF a request's sampler enforces (its `grammar`), checked
-/// (`core::request::gbnf`) against this model's vocabulary, so that
+/// (`core::gbnf`) against this model's vocabulary, so that
 /// llama.cpp's parser never sees a grammar it would reject (it prints them).
 fn grammar(req: &CompletionRequest, model: &LlamaModel) -> Result<Option<String>> {
     let Some(g) = &req.grammar else { return Ok(None) };

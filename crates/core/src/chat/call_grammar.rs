@@ -1,7 +1,8 @@
-//! The call grammar llama.cpp's chat code writes for a model family (GBNF),
-//! turned into a Lark grammar for llguidance, so that a required or named
-//! call is forced in the family's own syntax — and drafted from the
-//! grammar — as our Hermes-style calls are.
+//! The call grammar llama.cpp's chat code writes for a model family (GBNF,
+//! read by `crate::gbnf::syntax`), turned into a Lark grammar for
+//! llguidance, so that a required or named call is forced in the family's
+//! own syntax — and drafted from the grammar — as our Hermes-style calls
+//! are.
 //!
 //! llama.cpp's grammars are written for its character-by-character GBNF
 //! sampler. Three things differ under llguidance, which lexes:
@@ -27,12 +28,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::closing::ValueCloser;
 use super::format::lark_str;
+use crate::gbnf::syntax::{self, Atom, Item};
 
 /// Rules a grammar may have (llama.cpp's have a few hundred at most).
 const MAX_RULES: usize = 20_000;
 /// Longest special token looked for inside a literal, in bytes.
 const MAX_SPECIAL_LEN: usize = 64;
 
+/// A grammar's item as converted: what Lark can say, and what the
+/// conversion writes in place of automata.
 #[derive(Debug, Clone, PartialEq)]
 enum Node {
     Lit(String),
@@ -42,7 +46,7 @@ enum Node {
     /// Alternatives, each a sequence.
     Group(Vec<Vec<Node>>),
     /// `node{min,max}`; `max` None is unbounded.
-    Rep(Box<Node>, u32, Option<u32>),
+    Rep(Box<Node>, u64, Option<u64>),
     /// Text up to a delimiter, then the delimiter (a lazy lexeme).
     TextThen(String),
     /// Free text (before a special token, which it cannot contain).
@@ -51,210 +55,43 @@ enum Node {
 
 type Rules = BTreeMap<String, Vec<Vec<Node>>>;
 
-struct Parser<'a> {
-    s: &'a [char],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn ws(&mut self, newlines: bool) {
-        while self.i < self.s.len() {
-            let c = self.s[self.i];
-            if c == '#' {
-                while self.i < self.s.len() && self.s[self.i] != '\n' {
-                    self.i += 1;
-                }
-            } else if c == ' ' || c == '\t' || c == '\r' || (newlines && c == '\n') {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
-    }
-
-    fn peek(&self) -> Option<char> {
-        self.s.get(self.i).copied()
-    }
-
-    fn name(&mut self) -> Option<String> {
-        let start = self.i;
-        while self.peek().is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            self.i += 1;
-        }
-        (self.i > start).then(|| self.s[start..self.i].iter().collect())
-    }
-
-    /// Whether a new rule (`name ::=`) starts here.
-    fn at_rule(&self) -> bool {
-        let mut j = self.i;
-        while j < self.s.len() && (self.s[j].is_ascii_alphanumeric() || self.s[j] == '-' || self.s[j] == '_') {
-            j += 1;
-        }
-        if j == self.i {
-            return false;
-        }
-        while j < self.s.len() && (self.s[j] == ' ' || self.s[j] == '\t') {
-            j += 1;
-        }
-        self.s[j..].starts_with(&[':', ':', '='])
-    }
-
-    fn escaped(&mut self) -> Result<char, String> {
-        let c = self.peek().ok_or("unterminated escape")?;
-        self.i += 1;
-        let hex = |p: &mut Self, n: usize| -> Result<char, String> {
-            let digits: String = p.s.get(p.i..p.i + n).ok_or("short escape")?.iter().collect();
-            p.i += n;
-            u32::from_str_radix(&digits, 16).ok().and_then(char::from_u32).ok_or_else(|| format!("bad escape \\{digits}"))
-        };
-        Ok(match c {
-            'n' => '\n',
-            'r' => '\r',
-            't' => '\t',
-            'x' => hex(self, 2)?,
-            'u' => hex(self, 4)?,
-            'U' => hex(self, 8)?,
-            c => c,
-        })
-    }
-
-    fn alternatives(&mut self, nested: bool) -> Result<Vec<Vec<Node>>, String> {
-        let mut alts = vec![self.sequence(nested)?];
-        while self.peek() == Some('|') {
-            self.i += 1;
-            alts.push(self.sequence(nested)?);
-        }
-        Ok(alts)
-    }
-
-    fn sequence(&mut self, nested: bool) -> Result<Vec<Node>, String> {
-        let mut seq = Vec::new();
-        loop {
-            self.ws(nested);
-            if !nested && self.peek() == Some('\n') {
-                return Ok(seq);
-            }
-            let atom = match self.peek() {
-                None | Some('|') | Some(')') => return Ok(seq),
-                Some('"') => {
-                    self.i += 1;
-                    let mut text = String::new();
-                    loop {
-                        match self.peek().ok_or("unterminated string")? {
-                            '"' => break,
-                            '\\' => {
-                                self.i += 1;
-                                text.push(self.escaped()?);
-                            }
-                            c => {
-                                self.i += 1;
-                                text.push(c);
-                            }
-                        }
-                    }
-                    self.i += 1;
-                    Node::Lit(text)
-                }
-                Some('[') => {
-                    self.i += 1;
-                    let negated = self.peek() == Some('^');
-                    if negated {
-                        self.i += 1;
-                    }
-                    let mut ranges = Vec::new();
-                    while self.peek() != Some(']') {
-                        let mut one = || -> Result<char, String> {
-                            let c = self.peek().ok_or("unterminated class")?;
-                            self.i += 1;
-                            if c == '\\' {
-                                self.escaped()
-                            } else {
-                                Ok(c)
-                            }
-                        };
-                        let lo = one()?;
-                        let hi = if self.peek() == Some('-') && self.s.get(self.i + 1) != Some(&']') {
-                            self.i += 1;
-                            let c = self.peek().ok_or("unterminated class")?;
-                            self.i += 1;
-                            if c == '\\' {
-                                self.escaped()?
-                            } else {
-                                c
-                            }
-                        } else {
-                            lo
-                        };
-                        ranges.push((lo, hi));
-                    }
-                    self.i += 1;
-                    Node::Class(negated, ranges)
-                }
-                Some('(') => {
-                    self.i += 1;
-                    let alts = self.alternatives(true)?;
-                    self.ws(true);
-                    if self.peek() != Some(')') {
-                        return Err("unclosed group".into());
-                    }
-                    self.i += 1;
-                    Node::Group(alts)
-                }
-                Some(_) if !nested && self.at_rule() => return Ok(seq),
-                Some(_) => Node::Ref(self.name().ok_or_else(|| format!("unexpected {:?}", self.peek()))?),
-            };
-            let atom = match self.peek() {
-                Some('?') => Node::Rep(Box::new(atom), 0, Some(1)),
-                Some('*') => Node::Rep(Box::new(atom), 0, None),
-                Some('+') => Node::Rep(Box::new(atom), 1, None),
-                Some('{') => {
-                    let end = self.s[self.i..].iter().position(|&c| c == '}').ok_or("unclosed repetition")? + self.i;
-                    let inner: String = self.s[self.i + 1..end].iter().collect();
-                    self.i = end;
-                    let mut parts = inner.split(',').map(|p| p.trim().parse::<u32>());
-                    let min = parts.next().and_then(|p| p.ok()).unwrap_or(0);
-                    let max = match parts.next() {
-                        None => Some(min),
-                        Some(Ok(m)) => Some(m),
-                        Some(Err(_)) => None,
-                    };
-                    Node::Rep(Box::new(atom), min, max)
-                }
-                _ => {
-                    seq.push(atom);
-                    continue;
-                }
-            };
-            self.i += 1;
-            seq.push(atom);
-        }
-    }
-}
-
-fn parse(gbnf: &str) -> Result<Rules, String> {
-    let chars: Vec<char> = gbnf.chars().collect();
-    let mut p = Parser { s: &chars, i: 0 };
+/// A grammar's rules by name, read by [`syntax::parse`]; what the
+/// conversion has no use for (tokens, `.`, a rule defined twice) is
+/// refused.
+fn rules_of(gbnf: &str) -> Result<Rules, String> {
     let mut rules = Rules::new();
-    loop {
-        p.ws(true);
-        if p.peek().is_none() {
-            break;
-        }
-        let name = p.name().ok_or_else(|| format!("a rule name expected at {}", p.i))?;
-        p.ws(false);
-        if !p.s[p.i..].starts_with(&[':', ':', '=']) {
-            return Err(format!("::= expected after {name}"));
-        }
-        p.i += 3;
-        let alts = p.alternatives(false)?;
-        if rules.insert(name.clone(), alts).is_some() {
-            return Err(format!("rule {name} defined twice"));
+    for rule in syntax::parse(gbnf)?.rules {
+        let alternatives = rule.alternatives.iter().map(|s| nodes(s)).collect::<Result<_, _>>()?;
+        if rules.insert(rule.name.clone(), alternatives).is_some() {
+            return Err(format!("rule {} defined twice", rule.name));
         }
         if rules.len() > MAX_RULES {
             return Err("too many rules".into());
         }
     }
     Ok(rules)
+}
+
+fn nodes(sequence: &[Item]) -> Result<Vec<Node>, String> {
+    sequence.iter().map(node).collect()
+}
+
+fn node(item: &Item) -> Result<Node, String> {
+    let char_of = |c: u32| char::from_u32(c).ok_or_else(|| format!("U+{c:X} is not a character"));
+    Ok(match &item.atom {
+        Atom::Literal(chars) => Node::Lit(chars.iter().map(|&c| char_of(c)).collect::<Result<_, _>>()?),
+        Atom::Class { negated, members } => Node::Class(
+            *negated,
+            members.iter().map(|&(lo, hi)| Ok((char_of(lo)?, char_of(hi.unwrap_or(lo))?))).collect::<Result<_, String>>()?,
+        ),
+        Atom::Rule(name) => Node::Ref(name.clone()),
+        Atom::Group(alternatives) => Node::Group(alternatives.iter().map(|s| nodes(s)).collect::<Result<_, _>>()?),
+        Atom::Repeat(repeated, repetition) => {
+            let (min, max) = repetition.bounds();
+            Node::Rep(Box::new(node(repeated)?), min, max)
+        }
+        Atom::AnyChar | Atom::Token { .. } => return Err("tokens and `.` are not converted".into()),
+    })
 }
 
 /// What a character automaton (rules of the form `[c] next | [c] | empty`)
@@ -529,7 +366,7 @@ fn through(delimiter: &str) -> Vec<Node> {
 /// [`super::closing::close_values`] supplies before llama.cpp's parser
 /// reads an answer. Empty when the grammar has none or cannot be read.
 pub fn value_closers(gbnf: &str) -> Vec<ValueCloser> {
-    let Ok(rules) = parse(gbnf) else { return Vec::new() };
+    let Ok(rules) = rules_of(gbnf) else { return Vec::new() };
     let automata: HashMap<&str, Automaton> = rules.keys().filter_map(|n| automaton(&rules, n).map(|a| (n.as_str(), a))).collect();
     // The automata other rules use (not the states inside one).
     fn refs<'r>(node: &'r Node, out: &mut BTreeSet<&'r str>) {
@@ -697,7 +534,7 @@ impl Emitter<'_> {
 /// grammar for a family's calls, from the generation prompt on) allows,
 /// with `special` telling which texts are special tokens of the model.
 pub fn call_grammar(gbnf: &str, special: &dyn Fn(&str) -> Option<u32>) -> Result<String, String> {
-    let rules = parse(gbnf)?;
+    let rules = rules_of(gbnf)?;
     if !rules.contains_key("root") {
         return Err("no root rule".into());
     }
@@ -792,11 +629,11 @@ mod tests {
 
     #[test]
     fn reads_automata_back_into_delimiters() {
-        let rules = parse(&fixture("Qwen3-Coder").0).unwrap();
+        let rules = rules_of(&fixture("Qwen3-Coder").0).unwrap();
         assert_eq!(automaton(&rules, "until-64"), Some(Automaton::Until(vec!["<function=get_weather>".into(), "<tool_call>".into()])));
         assert_eq!(automaton(&rules, "ac-8"), Some(Automaton::Through(vec!["\n</parameter>\n".into()])));
         assert_eq!(automaton(&rules, "space"), None);
-        let rules = parse(&fixture("GLM-4.6").0).unwrap();
+        let rules = rules_of(&fixture("GLM-4.6").0).unwrap();
         assert_eq!(automaton(&rules, "until-7"), Some(Automaton::Until(vec!["</think>".into()])));
         assert_eq!(automaton(&rules, "ac-25"), Some(Automaton::Through(vec!["</arg_value>\n".into()])));
     }
