@@ -80,10 +80,18 @@ fn node(item: &Item) -> Result<Node, String> {
     let char_of = |c: u32| char::from_u32(c).ok_or_else(|| format!("U+{c:X} is not a character"));
     Ok(match &item.atom {
         Atom::Literal(chars) => Node::Lit(chars.iter().map(|&c| char_of(c)).collect::<Result<_, _>>()?),
-        Atom::Class { negated, members } => Node::Class(
-            *negated,
-            members.iter().map(|&(lo, hi)| Ok((char_of(lo)?, char_of(hi.unwrap_or(lo))?))).collect::<Result<_, String>>()?,
-        ),
+        Atom::Class { negated, members } => {
+            // A reversed range (`z-a`) matches nothing, in llama.cpp too.
+            let ranges: Vec<(char, char)> = members
+                .iter()
+                .filter(|&&(lo, hi)| hi.unwrap_or(lo) >= lo)
+                .map(|&(lo, hi)| Ok((char_of(lo)?, char_of(hi.unwrap_or(lo))?)))
+                .collect::<Result<_, String>>()?;
+            if ranges.is_empty() && !negated {
+                return Err("a character class that matches nothing".into());
+            }
+            Node::Class(*negated, ranges)
+        }
         Atom::Rule(name) => Node::Ref(name.clone()),
         Atom::Group(alternatives) => Node::Group(alternatives.iter().map(|s| nodes(s)).collect::<Result<_, _>>()?),
         Atom::Repeat(repeated, repetition) => {
@@ -248,6 +256,8 @@ impl Converter<'_> {
                 }
                 Some((found?, vec![Node::Group(rests)]))
             }
+            // Repeated no times: nothing to strip.
+            Node::Rep(_, _, Some(0)) => None,
             Node::Rep(inner, min, max) => {
                 let (d, mut rest) = self.strip(inner, delimiters, depth + 1)?;
                 match max {
@@ -735,6 +745,18 @@ mod tests {
     fn hostile_grammars_are_refused_not_crashed() {
         for g in ["", "root ::= (", "root ::= \"a", "root ::= [a", "x ::= y", "root ::= a\nroot ::= b", "root ::= b"] {
             assert!(call_grammar(g, NONE).is_err(), "{g:?}");
+        }
+        // Shapes that once overflowed in the automaton reader and the
+        // delimiter stripping: converted or refused, never a panic.
+        for g in [
+            "root ::= [z-a]",
+            "root ::= [^z-a] root | [^z-a]",
+            "root ::= \"<a>\"{0} [x]",
+            "root ::= (\"<a>\" [b]){0,0} \"c\"",
+            "root ::= a\na ::= [z-a] a | [z-a] |",
+        ] {
+            let _ = call_grammar(g, NONE);
+            let _ = value_closers(g);
         }
         // A grammar that does not begin with the prompt's text is refused when compiled.
         let (env, _) = env();
