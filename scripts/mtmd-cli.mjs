@@ -5,13 +5,16 @@
 // nothing (but print the path) when it is already built and newer than its
 // inputs.
 //
-// Fast path: compile tools/mtmd/mtmd-cli.cpp alone (g++ -O2, with the
+// Fast path: compile tools/mtmd/mtmd-cli.cpp, and common's command-line
+// parser, console and debug helpers that the addon's build leaves out (patch 0013; the downloader it
+// calls stubbed: scripts/mtmd-cli-stubs.cpp), (g++ -O2, with the
 // defines and include dirs the cargo build compiled llama-common with, read
 // from its compile_commands.json, so the structs agree) and link it against
 // the static libraries the cargo build of llama-cpp-sys-2 left under
 // target/release/build/llama-cpp-sys-2-*/out/build (libmtmd, libllama-common,
 // libllama, libggml*, vendor libs; the newest out dir that has libmtmd.a,
-// i.e. a build with the `mtmd` feature). Takes a few seconds.
+// i.e. a build with the `mtmd` feature). About a minute (arg.cpp is large;
+// through ccache when it is installed).
 // Fallback (no such out dir, or --cmake): a separate cmake build of the
 // vendored llama.cpp into target/mtmd-cli/build (-j2; ~10 min).
 //
@@ -27,6 +30,8 @@ const LLAMA = path.join(ROOT, 'vendor', 'llama-cpp-sys-2', 'llama.cpp');
 const CLI_SRC = path.join(LLAMA, 'tools', 'mtmd', 'mtmd-cli.cpp');
 const OUT_DIR = path.join(ROOT, 'target', 'mtmd-cli');
 export const MTMD_CLI = path.join(OUT_DIR, 'llama-mtmd-cli');
+const STUBS = path.join(ROOT, 'scripts', 'mtmd-cli-stubs.cpp');
+const EXTRA_COMMON = ['arg.cpp', 'preset.cpp', 'console.cpp', 'debug.cpp'];
 
 const mtime = (f) => { try { return fs.statSync(f).mtimeMs; } catch { return 0; } };
 
@@ -69,8 +74,8 @@ function splitCommand(cmd) {
 /** -D / -I flags a llama-common consumer needs, from the build's compile_commands.json. */
 function commonFlags(build) {
   const db = JSON.parse(fs.readFileSync(path.join(build, 'compile_commands.json'), 'utf8'));
-  const entry = db.find((e) => e.file.replace(/\\/g, '/').endsWith('/common/arg.cpp'));
-  if (!entry) throw new Error(`${build}: common/arg.cpp is not in compile_commands.json (llama-common not built?)`);
+  const entry = db.find((e) => e.file.replace(/\\/g, '/').endsWith('/common/common.cpp'));
+  if (!entry) throw new Error(`${build}: common/common.cpp is not in compile_commands.json (llama-common not built?)`);
   const args = entry.arguments ?? splitCommand(entry.command);
   const flags = [];
   for (let i = 0; i < args.length; i++) {
@@ -109,17 +114,25 @@ function cacheBool(build, key) {
 
 function buildFromCargo(build, { verbose }) {
   const libs = linkLibs(build);
-  const inputs = [CLI_SRC, ...libs];
+  const inputs = [CLI_SRC, STUBS, ...libs];
   if (mtime(MTMD_CLI) > Math.max(...inputs.map(mtime))) return MTMD_CLI;
   fs.mkdirSync(OUT_DIR, { recursive: true });
-  const obj = path.join(OUT_DIR, 'mtmd-cli.o');
-  run('g++', ['-std=c++17', '-O2', ...commonFlags(build), `-I${path.join(LLAMA, 'tools', 'mtmd')}`, '-c', CLI_SRC, '-o', obj], { verbose });
+  // The program, and what the addon's llama-common leaves out (patch 0013)
+  // that it needs: the command-line parser, presets, and stubs for the
+  // downloader those call (scripts/mtmd-cli-stubs.cpp).
+  const sources = [CLI_SRC, ...EXTRA_COMMON.map((f) => path.join(LLAMA, 'common', f)), STUBS];
+  const cxx = spawnSync('ccache', ['--version'], { stdio: 'ignore' }).status === 0 ? ['ccache', 'g++'] : ['g++'];
+  const objs = sources.map((src) => {
+    const obj = path.join(OUT_DIR, `${path.basename(src)}.o`);
+    run(cxx[0], [...cxx.slice(1), '-std=c++17', '-O2', ...commonFlags(build), `-I${path.join(LLAMA, 'tools', 'mtmd')}`, `-I${path.join(LLAMA, 'common')}`, '-c', src, '-o', obj], { verbose });
+    return obj;
+  });
   const sys = ['-fopenmp', '-lpthread', '-ldl', '-lm'];
   if (cacheBool(build, 'LLAMA_OPENSSL') || cacheBool(build, '_OPENSSL_FOUND')) sys.unshift('-lssl', '-lcrypto');
   const tmp = `${MTMD_CLI}.tmp`;
-  run('g++', ['-o', tmp, obj, '-Wl,--start-group', ...libs, '-Wl,--end-group', ...sys], { verbose });
+  run('g++', ['-o', tmp, ...objs, '-Wl,--start-group', ...libs, '-Wl,--end-group', ...sys], { verbose });
   fs.renameSync(tmp, MTMD_CLI);
-  fs.rmSync(obj, { force: true });
+  for (const obj of objs) fs.rmSync(obj, { force: true });
   return MTMD_CLI;
 }
 
