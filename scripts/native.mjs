@@ -58,9 +58,9 @@ export function ensurePrerequisites() {
   const aptable = missing.every((m) => !m.startsWith('cargo'))
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0
   if (aptable && isRoot && has('apt-get', ['--version'])) {
-    console.log(`llama-engine: installing build prerequisites with apt-get: cmake clang libclang-dev`)
+    console.log(`llama-engine: installing build prerequisites with apt-get: cmake clang libclang-dev ccache`)
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit' })
-    execFileSync('apt-get', ['install', '-y', '-qq', 'cmake', 'clang', 'libclang-dev'], {
+    execFileSync('apt-get', ['install', '-y', '-qq', 'cmake', 'clang', 'libclang-dev', 'ccache'], {
       stdio: 'inherit',
       env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
     })
@@ -75,13 +75,32 @@ export function ensurePrerequisites() {
   }
 }
 
+/**
+ * llama.cpp's C and C++ through ccache when it is installed (and no
+ * launcher is set already): kept in ~/.cache/ccache, with paths relative to
+ * the checkout, so a second build on the machine — another clone, another
+ * target dir, CI after a session, the prebuilt variants sharing the
+ * non-CPU code — compiles only what changed. CMake reads the launchers
+ * from the environment; llama-cpp-sys-2 forwards CMAKE_* variables too.
+ */
+export function compilerCacheEnv(dir = root) {
+  if (process.env.CMAKE_CXX_COMPILER_LAUNCHER || process.env.LLAMA_ENGINE_NO_CCACHE || !has('ccache')) return {}
+  return {
+    CMAKE_C_COMPILER_LAUNCHER: 'ccache',
+    CMAKE_CXX_COMPILER_LAUNCHER: 'ccache',
+    CCACHE_BASEDIR: process.env.CCACHE_BASEDIR || dir,
+    // Objects are the same whatever the build's directory (no debug info).
+    CCACHE_NOHASHDIR: process.env.CCACHE_NOHASHDIR || '1',
+  }
+}
+
 export function buildAddon({ features = [] } = {}) {
   ensurePrerequisites()
   ensureVendored()
   const args = ['build', '--release', '--lib']
   if (features.length) args.push('--features', features.join(','))
   console.log(`llama-engine: building the native addon (cargo ${args.join(' ')}); llama.cpp takes a few minutes the first time`)
-  execFileSync('cargo', args, { cwd: root, stdio: 'inherit' })
+  execFileSync('cargo', args, { cwd: root, stdio: 'inherit', env: { ...process.env, ...compilerCacheEnv() } })
   const lib = { linux: 'libllama_engine.so', darwin: 'libllama_engine.dylib', win32: 'llama_engine.dll' }[process.platform]
   // Copy then rename: a new inode, so a process that has the old addon
   // loaded keeps its mapping instead of crashing on a rewritten file.

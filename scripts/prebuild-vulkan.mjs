@@ -18,7 +18,7 @@
 import { execFileSync, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { root } from './native.mjs'
+import { compilerCacheEnv, root } from './native.mjs'
 import { ensureVendored } from './vendor.mjs'
 
 const t0 = Date.now()
@@ -100,7 +100,7 @@ const configure = [
   `-DCMAKE_C_FLAGS=${flags}`, `-DCMAKE_CXX_FLAGS=${flags}`,
 ]
 console.log(`llama-engine: building the Vulkan module for ${triple} from ${src}`)
-execFileSync('cmake', configure, { stdio: ['ignore', 'ignore', 'inherit'] })
+execFileSync('cmake', configure, { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, ...compilerCacheEnv() } })
 const jobs = String(Number(process.env.CMAKE_BUILD_PARALLEL_LEVEL) || 2)
 execFileSync('cmake', ['--build', build, '--target', 'ggml-vulkan', '-j', jobs], { stdio: ['ignore', process.env.CI ? 'ignore' : 'inherit', 'inherit'] })
 

@@ -19,7 +19,7 @@
 import { execFileSync } from 'node:child_process'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { basename, dirname, join, relative } from 'node:path'
-import { ensurePrerequisites, root } from './native.mjs'
+import { compilerCacheEnv, ensurePrerequisites, root } from './native.mjs'
 import { ensureVendored } from './vendor.mjs'
 
 // npm runs a script named `prebuild` before `build` as its "pre" hook, so
@@ -100,9 +100,12 @@ function crossEnv(target) {
   // Compiler wrappers: a shell script per compiler, in the target dir.
   const wrap = join(targetDir, 'cross-bin')
   mkdirSync(wrap, { recursive: true })
+  // Written only when it changes: ccache knows a compiler by its file's time.
   const wrapper = (name, command) => {
-    writeFileSync(join(wrap, name), `#!/bin/sh\nexec ${command}\n`, { mode: 0o755 })
-    return join(wrap, name)
+    const file = join(wrap, name)
+    const text = `#!/bin/sh\nexec ${command}\n`
+    if (!existsSync(file) || readFileSync(file, 'utf8') !== text) writeFileSync(file, text, { mode: 0o755 })
+    return file
   }
   if (target === 'aarch64-unknown-linux-gnu') {
     // clang, not Debian 12's aarch64 gcc 12, which does not know the
@@ -161,7 +164,7 @@ execFileSync('cargo', cargoArgs, {
   // machine-specific code in the addon or in llama.cpp (GGML_NATIVE=OFF).
   // No OpenSSL either: llama.cpp's common library would link libssl for
   // downloads the engine never makes.
-  env: { ...buildEnv(), ...cross, RUSTFLAGS: '', CMAKE_DISABLE_FIND_PACKAGE_OpenSSL: 'TRUE' },
+  env: { ...buildEnv(), ...compilerCacheEnv(), ...cross, RUSTFLAGS: '', CMAKE_DISABLE_FIND_PACKAGE_OpenSSL: 'TRUE' },
 })
 function buildEnv() {
   const env = { ...process.env }
