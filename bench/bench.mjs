@@ -99,7 +99,7 @@ import { join } from 'node:path'
 import { ensureReady } from '../scripts/ensure-ready.mjs'
 import { root } from '../scripts/native.mjs'
 
-ensureReady()
+await ensureReady()
 const { LlamaEngine } = await import('../index.mjs')
 
 const models = process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models')

@@ -13,7 +13,9 @@ import { join } from 'node:path'
 import { ensureReady } from './ensure-ready.mjs'
 import { root } from './native.mjs'
 
-ensureReady()
+const TARGET = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+const DRAFT = 'SmolLM2-135M-Instruct.Q2_K.gguf'
+await ensureReady({ models: [TARGET, DRAFT], npmDeps: false })
 const { main } = await import('../bin/llama-engine.mjs')
 
 const models = process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models')
@@ -25,8 +27,8 @@ const passage =
   'and the light has never once gone dark.'
 
 const defaults = [
-  '--model', join(models, 'SmolLM2-135M-Instruct.Q4_1.gguf'),
-  '--draft', join(models, 'SmolLM2-135M-Instruct.Q2_K.gguf'),
+  '--model', join(models, TARGET),
+  '--draft', join(models, DRAFT),
   '--ctx-size', '2048',
   '--spec', 'auto',
   '--chat',

