@@ -54,6 +54,19 @@ impl CompileThread {
     }
 }
 
+/// A schema title that, with LLAMA_ENGINE_FAULT_INJECTION=1 (the test
+/// suite), makes its grammar's compile take 3 s more: a compile that takes seconds,
+/// whatever the machine, for the test that the engine thread goes on
+/// stepping meanwhile.
+const SLOW_COMPILE_TITLE: &str = "__llama_engine_slow_compile__";
+
 fn compile(compiler: &Compiler, grammar: &Grammar, field: &str, job: &Job, locate: Locate) -> Result<Constraint> {
+    let marked = || match grammar {
+        Grammar::JsonSchema(schema) => schema.to_string().contains(SLOW_COMPILE_TITLE),
+        Grammar::Lark(lark) | Grammar::LarkAfter(lark, _) => lark.contains(SLOW_COMPILE_TITLE),
+    };
+    if std::env::var("LLAMA_ENGINE_FAULT_INJECTION").is_ok_and(|v| v == "1") && marked() {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
     compiler.compile(grammar).map_err(|why| locate(compiler, field, job, why))
 }
