@@ -1,8 +1,10 @@
 // No request waits on another's synchronous work: 5 MB bodies to /tokenize,
 // /v1/messages/count_tokens and chat are parsed, rendered and tokenized off
-// the event loop and off the engine thread, so a neighbour's stream keeps
-// its pace (no gap over max(1 s, 6 × its median gap)); and the
-// library's own calls with huge inputs leave the caller's event loop free.
+// the event loop and off the engine thread, so a neighbour's stream goes on
+// (no pause as long as half the work); and the library's own calls with
+// huge inputs leave the caller's event loop free (no pause as long as half
+// the call). Pauses are compared with the work's own duration, never a
+// fixed number of milliseconds.
 
 const path = require('node:path')
 const { spawn } = require('node:child_process')
@@ -12,9 +14,13 @@ const { until } = require('./server-helpers')
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 const BIG = 'All work and no play makes Jack a dull boy. '.repeat(120_000) // ~5.2 MB
 
-/** The longest time the event loop could not run a 1 ms timer while `work` ran. */
+/**
+ * While `work` ran: the longest time the event loop could not run a 1 ms
+ * timer, and how long the work took.
+ */
 async function loopLag(work) {
-  let last = performance.now()
+  const start = performance.now()
+  let last = start
   let worst = 0
   const timer = setInterval(() => {
     const now = performance.now()
@@ -26,7 +32,7 @@ async function loopLag(work) {
   } finally {
     clearInterval(timer)
   }
-  return worst
+  return { worst: Math.max(worst, performance.now() - last), took: performance.now() - start }
 }
 
 describe('no request waits on another', () => {
@@ -103,17 +109,15 @@ describe('no request waits on another', () => {
     expect(counted.input_tokens).toBeGreaterThan(1_000_000)
     expect(chat.choices[0].message.content.length).toBeGreaterThan(0)
     const gaps = arrivals.slice(1).map((t, i) => [arrivals[i], t - arrivals[i]])
-    const median = [...gaps.map(([, g]) => g)].sort((a, b) => a - b)[Math.floor(gaps.length / 2)]
     if (process.env.SHOW_GAPS) console.log(gaps.map(([at, g]) => `${Math.round(at - t0)}:${Math.round(g)}`).join(" "), t1 - t0)
     const during = gaps.filter(([at]) => at >= t0 - 1 && at <= t1).map(([, g]) => g)
     const worst = Math.max(...during)
+    // The stream went on while the bodies were read: chunks arrived during
+    // the work, and no pause took half of it (a freeze of the server for
+    // most of the work, as before prepared text and time-budgeted prefill,
+    // fails this on any machine; a busy one slows both alike).
     expect(during.length).toBeGreaterThan(5)
-    // A freeze (1.6-2.2 s, before prepared text and time-budgeted prefill)
-    // against the scheduling noise of a busy 2-core machine: with
-    // everything working, single gaps of ~300 ms natively and up to ~800 ms
-    // on the prebuilt package (ggml's own thread pool) were seen.
-    const limit = Math.max(1000, 6 * median)
-    expect({ worst: Math.round(worst), median: Math.round(median), within: worst <= limit }).toEqual({ worst: Math.round(worst), median: Math.round(median), within: true })
+    expect({ worst: Math.round(worst), work: Math.round(t1 - t0), underHalf: worst < (t1 - t0) / 2 }).toEqual({ worst: Math.round(worst), work: Math.round(t1 - t0), underHalf: true })
   }, 120_000)
 
   // test:full only: npm test stays under its 10 minutes (CI runs it).
@@ -125,7 +129,9 @@ describe('no request waits on another', () => {
       'complete(messages)': await loopLag(() => engine.complete({ messages: user(BIG), n_predict: 1, temperature: 0 })),
       'embed(text)': await loopLag(() => engine.embed(BIG.slice(0, 2_000_000), { truncate: true })),
     }
-    for (const [call, lag] of Object.entries(lags)) expect({ call, blocked: lag > 250 ? Math.round(lag) : false }).toEqual({ call, blocked: false })
+    // Each call left the loop free for most of its own duration: a call
+    // that held the thread would block it for all of it.
+    for (const [call, { worst, took }] of Object.entries(lags)) expect({ call, worst: Math.round(worst), took: Math.round(took), free: worst < took / 2 }).toEqual({ call, worst: Math.round(worst), took: Math.round(took), free: true })
     // The sync forms give the same answers.
     const text = BIG.slice(0, 10_000)
     expect(await engine.tokenizeAsync(text)).toEqual(engine.tokenize(text))

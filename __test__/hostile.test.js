@@ -3,9 +3,10 @@
 // tool's parameters, a pattern, a GBNF grammar) are refused with
 // INVALID_REQUEST naming the place, while another request streams beside
 // them; schemas that pass the limits compile off the engine thread; resident
-// memory comes back. Times are compared with the neighbour's own pace (this
-// machine's speed drifts), never with a fixed number of milliseconds.
-const { loadTarget, user } = require('./helpers')
+// memory comes back. Nothing is timed: the neighbour's tokens are counted.
+const path = require('node:path')
+const { execFileSync } = require('node:child_process')
+const { loadTarget, user, TARGET } = require('./helpers')
 
 const SCHEMA = 'response_format.json_schema.schema'
 const asSchema = (schema) => ({ messages: user('Answer in JSON.'), n_predict: 16, response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } })
@@ -52,8 +53,6 @@ const ALLOWED = [
 // the request ends with INVALID_REQUEST, the batch goes on.
 const TOO_COSTLY_PER_TOKEN = asSchema({ type: 'object', properties: Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`p${i}`, { type: 'string' }])) })
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
-
 let engine
 beforeAll(async () => {
   engine = await loadTarget({ parallel: 2 })
@@ -62,41 +61,46 @@ beforeAll(async () => {
 })
 afterAll(() => engine && engine.dispose())
 
-/** A neighbour that streams while `during` runs; its token times. */
+/** A neighbour that streams while `during` runs; its token count as it goes. */
 async function beside(during) {
-  const times = []
+  const seen = { tokens: 0 }
   const ac = new AbortController()
-  const neighbour = engine.complete({ prompt: 'Once upon a time', n_predict: 4000, temperature: 0, ignore_eos: true }, (e) => e.type === 'token' && times.push(performance.now()), ac.signal)
-  while (times.length < 8) await new Promise((r) => setTimeout(r, 5))
-  const out = await during()
-  const end = performance.now()
+  const neighbour = engine.complete({ prompt: 'Once upon a time', n_predict: 4000, temperature: 0, ignore_eos: true }, (e) => e.type === 'token' && seen.tokens++, ac.signal)
+  while (seen.tokens < 8) await new Promise((r) => setTimeout(r, 5))
+  const out = await during(seen)
   ac.abort()
   const result = await neighbour
-  return { out, times: times.filter((t) => t <= end), result }
+  return { out, result }
 }
 
+// Timing is not asserted (this machine's speed drifts, and a busy one
+// stretches any gap): what is asserted is what the engine promises, counted
+// in the neighbour's own tokens.
 test('counts in the millions in every position are refused at once, naming the place, while a neighbour streams', async () => {
   const rssBefore = process.memoryUsage().rss
-  const { out, times } = await beside(async () => {
+  const { out, result } = await beside(async (seen) => {
     const answers = []
-    for (const [name, request, field] of REFUSED) {
-      const t0 = performance.now()
-      const err = await engine.complete(request).then(() => null, (e) => e)
-      answers.push({ name, ms: performance.now() - t0, err, field })
+    // The list again until the neighbour has streamed 3 tokens while they
+    // were refused: refusals that held the engine would starve it.
+    const start = seen.tokens
+    for (let round = 0; round < 100 && seen.tokens - start < 3; round++) {
+      for (const [name, request, field] of REFUSED) {
+        const err = await engine.complete(request).then(() => null, (e) => e)
+        if (round === 0) answers.push({ name, err, field })
+      }
+      await new Promise((r) => setImmediate(r))
     }
-    return answers
+    return { answers, streamed: seen.tokens - start }
   })
-  const gaps = times.slice(1).map((t, i) => t - times[i])
-  const step = median(gaps)
-  for (const { name, ms, err, field } of out) {
+  for (const { name, err, field } of out.answers) {
     expect({ name, code: err && err.code }).toEqual({ name, code: 'INVALID_REQUEST' })
     if (field) expect({ name, field: err.field }).toEqual({ name, field })
     expect(err.message).toMatch(/at most|nested|bytes|limit|copies|serialised|not allowed/)
-    // Refused within a few of the neighbour's steps (a minute before).
-    expect({ name, refusedIn: ms < Math.max(1000, 20 * step) }).toEqual({ name, refusedIn: true })
   }
-  // The neighbour never waited for them: no gap much longer than its own pace.
-  expect(Math.max(...gaps)).toBeLessThan(10 * step + 250)
+  // The neighbour streamed on, and was still streaming when they were all
+  // refused (its 4,000 tokens are far from done: it was aborted).
+  expect(out.streamed).toBeGreaterThanOrEqual(3)
+  expect(result.stopped_abort).toBe(true)
   // Nothing was built, so nothing stays.
   global.gc && global.gc()
   expect(process.memoryUsage().rss - rssBefore).toBeLessThan(100 * 2 ** 20)
@@ -104,12 +108,11 @@ test('counts in the millions in every position are refused at once, naming the p
 
 test('schemas near the limits compile off the engine thread and answer; memory comes back', async () => {
   const rssBefore = process.memoryUsage().rss
-  const { out, times, result } = await beside(async () => {
+  const { out, result } = await beside(async () => {
     const answers = []
     for (const [name, request] of [...ALLOWED, ['too costly per token', TOO_COSTLY_PER_TOKEN]]) {
-      const t0 = performance.now()
       const r = await engine.complete(request).then((r) => ({ r }), (err) => ({ err }))
-      answers.push({ name, ms: performance.now() - t0, ...r })
+      answers.push({ name, ...r })
     }
     return answers
   })
@@ -120,10 +123,39 @@ test('schemas near the limits compile off the engine thread and answer; memory c
   expect(costly.err.code).toBe('INVALID_REQUEST')
   expect(costly.err.field).toBe('response_format')
   expect(costly.err.message).toMatch(/more work per token than the engine allows/)
-  const gaps = times.slice(1).map((t, i) => t - times[i])
-  expect(Math.max(...gaps)).toBeLessThan(10 * median(gaps) + 250)
   expect(result.stopped_abort).toBe(true)
   expect(process.memoryUsage().rss - rssBefore).toBeLessThan(100 * 2 ** 20)
+})
+
+// A compile that takes seconds whatever the machine (the fault injection
+// holds this schema's compile 3 s; it is read from the environment of the
+// process, so the engine runs in a child that has it): the neighbour
+// streams through it. Compiled on the engine thread, it would get at most
+// the step it was in and the one that admits the request (2 tokens).
+test('the engine thread goes on stepping while a constraint compiles', () => {
+  const script = `
+    const { LlamaEngine } = require(${JSON.stringify(path.join(__dirname, '..'))})
+    ;(async () => {
+      const engine = await LlamaEngine.load({ modelPath: ${JSON.stringify(TARGET)}, contextSize: 2048, threads: 2, parallel: 2 })
+      let neighbour = 0
+      const ac = new AbortController()
+      const streaming = engine.complete({ prompt: 'Once upon a time', n_predict: 4000, temperature: 0, ignore_eos: true }, (e) => e.type === 'token' && neighbour++, ac.signal)
+      while (neighbour < 8) await new Promise((r) => setTimeout(r, 5))
+      const start = neighbour
+      let beforeFirst = null
+      const schema = { title: '__llama_engine_slow_compile__', type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] }
+      const r = await engine.complete({ messages: [{ role: 'user', content: 'Answer in JSON.' }], n_predict: 8, response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } }, (e) => {
+        if (e.type === 'token' && beforeFirst === null) beforeFirst = neighbour - start
+      })
+      ac.abort()
+      await streaming
+      await engine.dispose()
+      console.log(JSON.stringify({ beforeFirst, content: r.content }))
+    })().catch((e) => { console.error(e); process.exit(1) })
+  `
+  const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { env: { ...process.env, LLAMA_ENGINE_FAULT_INJECTION: '1' }, timeout: 300_000 }).toString())
+  expect(out.content.startsWith('{')).toBe(true)
+  expect(out.beforeFirst).toBeGreaterThan(2)
 })
 
 test('a request aborted while its constraint compiles resolves as aborted; the next one with that schema is served', async () => {

@@ -121,11 +121,13 @@ describe('dispose', () => {
 
   test('dispose with a full batch and a queued request settles every promise', async () => {
     const engine = await loadTarget({ parallel: 4 })
-    const running = ['Once upon a time', 'The sea', 'In the year', 'Dear diary'].map((prompt) =>
-      engine.complete({ prompt, n_predict: 2000, temperature: 0, ignore_eos: true }),
+    const tokens = [0, 0, 0, 0]
+    const running = ['Once upon a time', 'The sea', 'In the year', 'Dear diary'].map((prompt, i) =>
+      engine.complete({ prompt, n_predict: 2000, temperature: 0, ignore_eos: true }, (e) => e.type === 'token' && tokens[i]++),
     )
     const queued = expect(engine.complete({ prompt: 'Hello', n_predict: 10 })).rejects.toMatchObject({ code: 'DISPOSED' })
-    await new Promise((r) => setTimeout(r, 300))
+    // Every slot decoding (however busy the machine), the fifth request waiting.
+    while (tokens.some((n) => n === 0)) await new Promise((r) => setTimeout(r, 10))
     expect(engine.status()).toMatchObject({ busy: true, active: 4, queued: 1, parallel: 4 })
     await engine.dispose()
     for (const r of await Promise.all(running)) {

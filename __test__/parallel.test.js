@@ -153,8 +153,10 @@ describe('parallel decoding', () => {
     )
     const rs = await Promise.all(all)
     for (const r of rs) expect(r.stopped_abort).toBe(true)
-    const full = [0, 1, 2, 3, 4].map((i) => e.complete({ prompt: `Tale ${i}:`, n_predict: 500, ignore_eos: true }).then((r) => r, (err) => err.code))
-    await new Promise((r) => setTimeout(r, 200))
+    const tokens = [0, 0, 0, 0, 0]
+    const full = [0, 1, 2, 3, 4].map((i) => e.complete({ prompt: `Tale ${i}:`, n_predict: 500, ignore_eos: true }, (ev) => ev.type === 'token' && tokens[i]++).then((r) => r, (err) => err.code))
+    // The four slots decoding (however busy the machine), the fifth waiting.
+    while (tokens.slice(0, 4).some((n) => n === 0)) await new Promise((r) => setTimeout(r, 10))
     await e.dispose()
     const settled = await Promise.all(full)
     expect(settled.slice(0, 4).every((r) => r.stopped_abort === true)).toBe(true)
