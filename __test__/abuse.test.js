@@ -6,12 +6,12 @@
 // does not keep growing. glibc's arenas make one reading wander by up to
 // ~50 MB either way (measured over five runs: 546, 516, 525, 443, 436 MB), so
 // the suite runs three times and one of the later readings must be within
-// 50 MB of the first: a leak raises both. `npm test` runs the suite once and
-// leaves the memory reading to `test:full`.
+// 50 MB of the first: a leak raises both. `npm test` and CI's test:full run
+// the suite once and leave the memory reading to `test:release`.
 
 const path = require('node:path')
 const { spawn } = require('node:child_process')
-const { TARGET, FULL } = require('./helpers')
+const { TARGET, tiers } = require('./helpers')
 const { until } = require('./server-helpers')
 const { abuse } = require('./abuse')
 
@@ -23,7 +23,7 @@ async function metric(base, name) {
   return m ? Number(m[1]) : null
 }
 
-const RUNS = FULL ? 3 : 1
+const RUNS = tiers(3, 1, 1)
 
 test(`the hostile suite ${RUNS === 3 ? 'three times' : 'once'}: no 5xx, the server answers${RUNS === 3 ? ', memory settles' : ''}`, async () => {
   const srv = spawn(process.execPath, [CLI, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '2048', '--isolation', 'none'], {

@@ -15,7 +15,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 const OpenAI = require('openai')
 const { z } = require('zod')
-const { LlamaEngine, TARGET, FULL } = require('./helpers')
+const { LlamaEngine, TARGET, RELEASE } = require('./helpers')
 const { listen, close } = require('./server-helpers')
 const { createServer } = require('../server')
 
@@ -25,7 +25,8 @@ const HERMES = fs.readFileSync(path.join(__dirname, 'fixtures', 'chat-templates'
 const ASK = 'What is the weather in Paris? Use the tool.'
 const weather = (city) => `It is sunny and 22 degrees in ${city}.`
 
-const run = FULL || process.env.LLAMA_ENGINE_CLIENTS_MODEL ? describe : describe.skip
+// On the real coder model in test:real (CI); on SmolLM2 in test:release.
+const run = RELEASE || process.env.LLAMA_ENGINE_CLIENTS_MODEL ? describe : describe.skip
 
 run('real clients, one after another, on one server', () => {
   let engine

@@ -9,7 +9,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, FULL, matrix, model, run } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, F16, GEMMA, FULL, matrix, tiers, model, run } = require('./helpers')
 
 const ROOT = path.join(__dirname, '..')
 const GEMMA_DRAFT = model('gemma-3-270m.Q2_K.gguf')
@@ -76,9 +76,9 @@ describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', 
     expect(s.batchInvariance).toMatch(/attention over 600 and 4200 cells identical alone, batched and on other thread counts/)
   })
 
-  // The code prompt in every mode; the others (test:full) in the modes
+  // The code prompt in every mode; the others (test:release) in the modes
   // with the longest drafts, the tree and auto.
-  test.each(matrix(Object.keys(PROMPTS), ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
+  test.each(tiers(Object.keys(PROMPTS), ['code'], ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
     const n = 64
     const modes = name === 'code' ? Object.keys(MODES) : ['ngram n48', 'suffix n16', 'draft n16', 'tree 4x6', 'auto']
     const drafted = await expectBitExact(engine, PROMPTS[name], modes, n)
@@ -101,15 +101,21 @@ describe.each(
     [['SmolLM2 Q4_1', TARGET, DRAFT]],
   ),
 )('bit-exact greedy speculation: %s', (_name, target, draft) => {
+  // Each type's kernels in verification batches of up to 49 rows (n-grams)
+  // and 17 (the suffix tree); every mode, the draft model's among them, is
+  // proven on gemma-3 Q4_K_M above. test:release (and npm test's one type)
+  // runs the draft model, the tree and auto on each type too.
+  const modes = tiers(['ngram n48', 'draft n16', 'tree 4x6', 'auto'], ['ngram n48', 'suffix n16'], ['ngram n48', 'draft n16', 'tree 4x6', 'auto'])
+  const withDraft = modes.includes('draft n16')
   let engine
   beforeAll(async () => {
-    engine = await LlamaEngine.load({ modelPath: target, draftModelPath: draft, contextSize: 1024, threads: 2 })
+    engine = await LlamaEngine.load({ modelPath: target, draftModelPath: withDraft ? draft : undefined, contextSize: 1024, threads: 2 })
   })
   afterAll(() => engine.dispose())
 
-  test('self-check passed; long fixed drafts, a tree and auto give the same tokens and probabilities as "off"', async () => {
+  test(`self-check passed; ${modes.join(', ')} give the same tokens and probabilities as "off"`, async () => {
     expect(engine.status().batchInvariant).toBe(true)
-    const drafted = await expectBitExact(engine, PROMPTS.code, ['ngram n48', 'draft n16', 'tree 4x6', 'auto'], 64)
+    const drafted = await expectBitExact(engine, PROMPTS.code, modes, 64)
     expect(drafted).toBeGreaterThan(64)
   }, 600000)
 })
@@ -126,26 +132,32 @@ function longPrompt(words) {
   return `${text.join(' ')}\n\nRepeat the last sentence above:\n${text.slice(-40).join(' ')}`
 }
 
+// test:full: gemma-3 (K-quants, sliding-window and global attention) past
+// 4,096 cells, with n-gram drafts (the target's verification batches over
+// the long cache; no draft model to prefill it again); test:release also
+// the draft model's drafts, and SmolLM2 there.
 describe.each(
-  matrix(
+  tiers(
     [
       ['SmolLM2 Q4_1, ~4,300-token prompt', TARGET, DRAFT, 3900],
       ['gemma-3 Q4_K_M, ~4,300-token prompt', GEMMA, GEMMA_DRAFT, 3900],
     ],
+    [['gemma-3 Q4_K_M, ~4,300-token prompt', GEMMA, GEMMA_DRAFT, 3900]],
     [['SmolLM2 Q4_1, ~1,300-token prompt', TARGET, DRAFT, 1200]],
   ),
 )('bit-exact greedy speculation over a long cache: %s', (_name, target, draft, words) => {
+  const modes = tiers(['ngram n16', 'draft n16', 'auto'], ['ngram n16', 'auto'], ['ngram n16', 'draft n16', 'auto'])
   let engine
   beforeAll(async () => {
-    engine = await LlamaEngine.load({ modelPath: target, draftModelPath: draft, contextSize: 8192, threads: 2 })
+    engine = await LlamaEngine.load({ modelPath: target, draftModelPath: modes.includes('draft n16') ? draft : undefined, contextSize: 8192, threads: 2 })
   })
   afterAll(() => engine.dispose())
 
-  test('fixed drafts and auto give the same tokens and probabilities as "off"', async () => {
+  test(`${modes.join(', ')} give the same tokens and probabilities as "off"`, async () => {
     const prompt = longPrompt(words)
     const n = (await engine.tokenize(prompt)).length
     expect(n).toBeGreaterThan(words > 2000 ? 4096 : 512)
-    const drafted = await expectBitExact(engine, prompt, ['ngram n16', 'draft n16', 'auto'], 48)
+    const drafted = await expectBitExact(engine, prompt, modes, 48)
     expect(drafted).toBeGreaterThan(48)
   }, 600000)
 })
@@ -211,7 +223,7 @@ describe('the load-time self-check', () => {
       }
       return { probs, status }
     `
-    const prompts = matrix(Object.values(PROMPTS), [PROMPTS.repeat])
+    const prompts = tiers(Object.values(PROMPTS), [PROMPTS.repeat], [PROMPTS.repeat])
     // gemma-3 Q4_K_M holds Q4_K and Q6_K weights; Q5_K_M (full matrix) Q5_K too
     const models = matrix([GEMMA, model('gemma-3-270m.Q5_K_M.gguf')], [GEMMA])
     const head = `const PROMPT_LIST = ${JSON.stringify(prompts)}\nconst MODEL_LIST = ${JSON.stringify(models)}\n`

@@ -9,7 +9,7 @@
 const fs = require('node:fs')
 const path = require('node:path')
 const { fork } = require('node:child_process')
-const { LlamaEngine, TARGET, FULL, run } = require('./helpers')
+const { LlamaEngine, TARGET, FULL, tiers, run } = require('./helpers')
 
 const FIXTURES = path.join(__dirname, 'fixtures')
 const { cases, total } = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'chat-outputs.json'), 'utf8'))
@@ -35,29 +35,39 @@ function reading(out) {
 const expected = (e) => ({ content: e.content, reasoning: e.reasoning, calls: e.calls.map((c) => ({ name: c.name, arguments: args(c.arguments) })) })
 
 // The families the issue names, one template each, for the streaming check.
+// test:full adds one of each other reader (DeepSeek's, MiniMax's, Seed's,
+// Command R's, functionary's); test:release every family the issue named.
 const STREAMED = [
   'openai-gpt-oss-120b.jinja',
   'Qwen3-Coder.jinja',
   'GLM-4.7-Flash.jinja',
-  ...(FULL
-    ? [
-        'deepseek-ai-DeepSeek-V3.2.jinja',
-        'MiniMax-M2.jinja',
-        'ByteDance-Seed-OSS.jinja',
-        'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
-        'LFM2.5-8B-A1B.jinja',
-        'Qwen3.5-4B.jinja',
-        'NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja',
-        'Kimi-K2-Thinking.jinja',
-        'Apertus-8B-Instruct.jinja',
-        'meetkai-functionary-medium-v3.2.jinja',
-        'Spark2.5.jinja',
-        'deepseek-ai-DeepSeek-V4.jinja',
-        'MiniMax-M3.jinja',
-        'NVIDIA-Nemotron-Nano-v2.jinja',
-        'GigaChat3.1-10B-A1.8B.jinja',
-      ]
-    : []),
+  ...tiers(
+    [
+      'deepseek-ai-DeepSeek-V3.2.jinja',
+      'MiniMax-M2.jinja',
+      'ByteDance-Seed-OSS.jinja',
+      'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
+      'LFM2.5-8B-A1B.jinja',
+      'Qwen3.5-4B.jinja',
+      'NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja',
+      'Kimi-K2-Thinking.jinja',
+      'Apertus-8B-Instruct.jinja',
+      'meetkai-functionary-medium-v3.2.jinja',
+      'Spark2.5.jinja',
+      'deepseek-ai-DeepSeek-V4.jinja',
+      'MiniMax-M3.jinja',
+      'NVIDIA-Nemotron-Nano-v2.jinja',
+      'GigaChat3.1-10B-A1.8B.jinja',
+    ],
+    [
+      'deepseek-ai-DeepSeek-V3.2.jinja',
+      'MiniMax-M2.jinja',
+      'ByteDance-Seed-OSS.jinja',
+      'CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja',
+      'meetkai-functionary-medium-v3.2.jinja',
+    ],
+    [],
+  ),
 ]
 
 // Cases read differently from llama.cpp's expectation, with the reason
@@ -218,21 +228,28 @@ const timeTool = {
 // (Templates whose generation prompt opens thinking whatever is asked —
 // MiniMax-M2, Kimi — or whose argument syntax SmolLM2 misspells forever
 // are left out: forced, it thinks or writes until its budget ends.)
+// test:full adds three more families' syntaxes; test:release all of them.
 const CONSTRAINED = [
   ['Qwen3.5-4B.jinja', 'qwen3-coder'],
   ['GLM-4.6.jinja', 'glm'],
-  ...(FULL
-    ? [
-        ['ByteDance-Seed-OSS.jinja', 'seed-oss'],
-        ['LFM2.5-8B-A1B.jinja', 'lfm2'],
-        ['Apertus-8B-Instruct.jinja', 'apertus'],
-        ['meetkai-functionary-medium-v3.2.jinja', 'functionary'],
-        ['fireworks-ai-llama-3-firefunction-v2.jinja', 'firefunction'],
-        ['meetkai-functionary-medium-v3.1.jinja', 'functionary-v3.1'],
-        ['tencent-Hy3.jinja', 'auto'],
-        ['MiniMax-M1.jinja', 'auto'],
-      ]
-    : []),
+  ...tiers(
+    [
+      ['ByteDance-Seed-OSS.jinja', 'seed-oss'],
+      ['LFM2.5-8B-A1B.jinja', 'lfm2'],
+      ['Apertus-8B-Instruct.jinja', 'apertus'],
+      ['meetkai-functionary-medium-v3.2.jinja', 'functionary'],
+      ['fireworks-ai-llama-3-firefunction-v2.jinja', 'firefunction'],
+      ['meetkai-functionary-medium-v3.1.jinja', 'functionary-v3.1'],
+      ['tencent-Hy3.jinja', 'auto'],
+      ['MiniMax-M1.jinja', 'auto'],
+    ],
+    [
+      ['ByteDance-Seed-OSS.jinja', 'seed-oss'],
+      ['meetkai-functionary-medium-v3.2.jinja', 'functionary'],
+      ['tencent-Hy3.jinja', 'auto'],
+    ],
+    [],
+  ),
 ]
 
 describe.each(CONSTRAINED)('a required call with %s', (file, family) => {

@@ -6,7 +6,7 @@
 // Chat as the gateway sends them, `model` naming an adapter,
 // `stream_options.include_usage`.
 const parsePrometheus = require('parse-prometheus-text-format')
-const { LlamaEngine, TARGET, model, user, FULL } = require('./helpers')
+const { LlamaEngine, TARGET, model, user, FULL, tiers } = require('./helpers')
 const { listen, close } = require('./server-helpers')
 const { createServer } = require('../server')
 
@@ -54,9 +54,10 @@ function endless(base, extra = {}) {
   return { stop: () => ac.abort(), ended: started, signal: ac.signal }
 }
 
-// In test:full (npm test keeps its ten minutes; server-ops.test.js reads the
-// same gauges idle).
-(FULL ? describe : describe.skip).each([['none'], ['process']])('isolation %s', (isolation) => {
+// In test:full on an isolated engine, in test:release in-process too (npm
+// test keeps its ten minutes; server-ops.test.js reads the same gauges idle,
+// in-process).
+(FULL ? describe : describe.skip).each(tiers([['none'], ['process']], [['process']], [['process']]))('isolation %s', (isolation) => {
   let engine, server, base
   beforeAll(async () => {
     engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 2048, threads: 2, parallel: 2, isolation, loras: [{ path: ADAPTER }] })

@@ -14,7 +14,7 @@ const { execFile, execFileSync } = require('node:child_process')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
-const { LlamaEngine, GEMMA, TARGET, FULL, model } = require('./helpers')
+const { LlamaEngine, GEMMA, TARGET, FULL, model, tiers } = require('./helpers')
 const { importEsm, listen, close } = require('./server-helpers')
 const { createServer } = require('../server')
 
@@ -399,7 +399,7 @@ test('a projector for another model, or a damaged one, is refused with its cause
 }, 120_000)
 
 test('fuzzed images and audio never crash the engine (in a child process)', async () => {
-  const n = FULL ? 400 : 40
+  const n = tiers(400, 120, 40)
   const { wavBytes, jpegBytes } = await importEsm(path.join(ROOT, 'scripts', 'mm-fixtures.mjs'))
   const clip = path.join(tmp, 'fuzz.wav')
   fs.writeFileSync(clip, wavBytes(0.5, 16000, 9))

@@ -13,7 +13,7 @@ const { execFileSync } = require('node:child_process')
 // A guard against a hung child process, not a speed limit: on a loaded
 // 2-core machine a child's load, self-check and generation took 2+ minutes.
 const CHILD_TIMEOUT = 540_000
-const { LlamaEngine, TARGET, GEMMA, FULL, model, matrix } = require('./helpers')
+const { LlamaEngine, TARGET, GEMMA, FULL, model, matrix, tiers } = require('./helpers')
 
 const ROOT = path.join(__dirname, '..')
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-sessions-'))
@@ -56,8 +56,10 @@ describe('prefixes shared across slots', () => {
       const prompt = e.tokenize(e.applyChatTemplate(chat('x', {}, SYSTEM).messages), { special: true })
       expect(prompt.length).toBeGreaterThan(1000)
       // The first user is still generating when the second arrives.
-      const first = e.complete(chat('Can I return a drill?', { n_predict: 48 }, SYSTEM))
-      await new Promise((r) => setTimeout(r, 300))
+      let started
+      const generating = new Promise((r) => (started = r))
+      const first = e.complete(chat('Can I return a drill?', { n_predict: 48 }, SYSTEM), (ev) => ev.type === 'token' && started())
+      await generating
       const second = await e.complete(chat('How long do I have for category 7?', {}, SYSTEM))
       const a = await first
       expect(a.tokens_cached).toBe(0)
@@ -74,9 +76,9 @@ describe('prefixes shared across slots', () => {
     }
   })
 
-  // test:full (24 s): npm test keeps the copy to a second user above.
+  // test:full (two users; four in test:release): npm test keeps the copy to a second user above.
   ;(FULL ? test : test.skip)('users arriving together compute the shared prefix once, each answer exactly its own', async () => {
-    const n = matrix(4, 3)
+    const n = tiers(4, 2, 2)
     const e = await load({ parallel: n })
     const chat1k = (q) => chat(q, {}, SYSTEM)
     try {

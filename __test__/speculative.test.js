@@ -2,7 +2,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, user, run, FULL } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, tiers, user, run, releaseTest } = require('./helpers')
 
 // A request's input: a chat (rendered with the model's template) or a plain prompt.
 const ask = (text) => ({ messages: user(text) })
@@ -64,7 +64,8 @@ describe('draft compatibility', () => {
 
 // F16 targets are compared bit for bit (probabilities too, with drafts)
 // in exactness.test.js's quantization matrix.
-const IDENTITY_PROMPTS = matrix(PROMPTS.map((p, i) => [i, p]), [0, 6].map((i) => [i, PROMPTS[i]]))
+// test:full keeps four of the ten prompts (every mode on each); test:release all.
+const IDENTITY_PROMPTS = tiers(PROMPTS.map((p, i) => [i, p]), [0, 3, 6, 9].map((i) => [i, PROMPTS[i]]), [0, 6].map((i) => [i, PROMPTS[i]]))
 
 describe.each([['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS]])('greedy identity: %s', (_name, target, prompts) => {
   let engine
@@ -112,8 +113,9 @@ describe.each([['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS]])('greedy 
   // position decoded in a batch different rounding from the same position
   // decoded alone, and greedy output flipped at near-ties. The engine is built
   // and configured so that every position's logits are batch-size invariant.
-  // test:full only: npm test stays under its 10 minutes (CI runs it).
-  ;(FULL ? test : test.skip)('identity holds on a long input-grounded prompt (128 tokens)', async () => {
+  // test:release: the bit-exact suites (exactness.test.js) prove long
+  // drafts over a cache past 512 and 4,096 cells in CI.
+  releaseTest('identity holds on a long input-grounded prompt (128 tokens)', async () => {
     const base = { ...LONG_PROMPT, n_predict: 128, temperature: 0, ignore_eos: true, cache_prompt: false }
     expect(engine.tokenize(engine.applyChatTemplate(LONG_PROMPT.messages), { special: true }).length).toBeGreaterThan(256)
     const off = await run(engine, { ...base, speculative: { mode: 'off' } })
@@ -186,7 +188,7 @@ describe('sampling with a seed: the same output with or without drafting, from t
   const sampling = async () => ({ ...prompt, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true, logit_bias: [[await favourite(), -2]] })
 
   // Every arm drafts and verifies with the same seeds as plain sampling.
-  const SEEDS = matrix(40, 8)
+  const SEEDS = tiers(40, 12, 8)
   test(`every seed gives the same tokens drafted (chain, tree, n-grams) as plain (${SEEDS} seeds)`, async () => {
     const base = { ...(await sampling()), n_predict: 6 }
     const drafted = {}
@@ -384,7 +386,7 @@ describe('n-gram caches', () => {
       x = (x * 1103515245 + 12345) >>> 0
       return x % n
     }
-    const count = matrix(60, 4)
+    const count = tiers(60, 20, 4)
     for (let i = 0; i < count; i++) {
       let b = Buffer.from(valid)
       const at = rand(b.length)
