@@ -283,7 +283,7 @@ if (only) for (const name of only) if (!ALL_TASKS.some((t) => t.name === name)) 
 const fetchOnly = args.includes('--fetch-only');
 const TASKS = (only ? ALL_TASKS.filter((t) => only.has(t.name)) : [...FIXTURES, ...(real ? [...REAL_TASKS, QWEN2VL_TASK] : [])]).filter((t) => !fetchOnly || t.verb === 'fetched');
 
-fs.mkdirSync(MODELS, { recursive: true });
+fs.mkdirSync(CACHE, { recursive: true });
 fs.mkdirSync(PIP_CACHE, { recursive: true });
 let failed = 0, changed = 0;
 for (const t of TASKS) {
