@@ -50,12 +50,15 @@ async function expectBitExact(engine, prompt, modes, n_predict) {
   expect(off.result.speculative.batch_invariant).toBe(true)
   const want = trace(off)
   let drafted = 0
+  // Every mode drafted (a mode that drafted nothing would prove nothing,
+  // and the total of several modes could hide it).
   for (const name of modes) {
     const r = await run(engine, { ...base, speculative: MODES[name] })
     // Labelled, so a failure names the mode; toEqual on floats is bitwise
     // here (shortest round-trip decimal of the same f32).
     expect({ mode: name, ...trace(r) }).toEqual({ mode: name, ...want })
     expect(r.result.speculative.batch_invariant).toBe(true)
+    expect({ mode: name, drafted: r.result.speculative.n_drafted > 0 }).toEqual({ mode: name, drafted: true })
     drafted += r.result.speculative.n_drafted
   }
   return drafted
@@ -115,8 +118,9 @@ describe.each(
 
   test(`self-check passed; ${modes.join(', ')} give the same tokens and probabilities as "off"`, async () => {
     expect(engine.status().batchInvariant).toBe(true)
+    // Each mode drafted (checked inside); two modes in CI, four in test:release.
     const drafted = await expectBitExact(engine, PROMPTS.code, modes, 64)
-    expect(drafted).toBeGreaterThan(64)
+    expect(drafted).toBeGreaterThanOrEqual(64)
   }, 600000)
 })
 
