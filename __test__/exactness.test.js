@@ -183,6 +183,11 @@ function inChild(body, env = {}) {
   return JSON.parse(execFileSync(process.execPath, ['-e', script], { env: childEnv, timeout: 300000 }).toString())
 }
 
+// The tiled K-quant path and the repacked K-quant layout need AVX2 with FMA:
+// every x64 build has them but test:variant's addon on an AVX2 machine
+// (`sandybridge`, AVX only; `x64`, SSE2), where the check must not claim them.
+const AVX2 = process.arch === 'x64' && !['x64', 'sandybridge'].includes(process.env.LLAMA_ENGINE_CPU_VARIANT ?? '')
+
 describe('the load-time self-check', () => {
   test('proves each weight type\'s kernels and names the fast ones on, the tiled K-quant path among them', () => {
     const out = inChild(
@@ -196,20 +201,22 @@ describe('the load-time self-check', () => {
     )
     expect(out.on.batchInvariant).toBe(true)
     expect(out.on.batchInvariance).toMatch(/mat-mul of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K( \(plain and repacked\))?, Q5_K( \(plain and repacked\))?, Q6_K( \(plain and repacked\))? identical alone, batched and on other thread counts/)
-    if (process.arch === 'x64') {
+    if (AVX2) {
       expect(out.on.batchInvariance).toMatch(/fast kernels on: .*tiled K-quants \(Q4_K, Q5_K, Q6_K\) from 8 rows/)
-      // Every x64 build here has AVX2 with FMA: Q4_K, Q5_K and Q6_K weights
-      // are repacked (patch 0009), and the check proves that layout too.
+      // AVX2 with FMA: Q4_K, Q5_K and Q6_K weights are repacked (patch
+      // 0009), and the check proves that layout too.
       for (const t of ['Q4_K', 'Q5_K', 'Q6_K']) expect(out.on.batchInvariance).toContain(`${t} (plain and repacked)`)
       expect(out.on.batchInvariance).toMatch(/repacked Q4_K, Q5_K, Q6_K \(/)
+    } else {
+      expect(out.on.batchInvariance).not.toMatch(/tiled K-quants|repacked/)
     }
     const off = inChild(`const e = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 1024, threads: 2 }); const s = e.status(); await e.dispose(); return s`, { GGML_CPU_TILED_MM: '0' })
     expect(off.batchInvariant).toBe(true)
     expect(off.batchInvariance).not.toMatch(/tiled K-quants/)
   })
 
-  const onX64 = process.arch === 'x64' ? test : test.skip
-  onX64('repacked Q4_K, Q5_K and Q6_K weights give the same tokens and probabilities as plain ones, alone and in verification batches', () => {
+  const onAvx2 = AVX2 ? test : test.skip
+  onAvx2('repacked Q4_K, Q5_K and Q6_K weights give the same tokens and probabilities as plain ones, alone and in verification batches', () => {
     const body = `
       const probs = []
       let status
@@ -246,7 +253,7 @@ describe('the load-time self-check', () => {
 
   // An opt-in that gives up exactness: its check runs in the full matrix
   // (npm run test:full, and CI), keeping npm test under ten minutes.
-  const onX64Full = process.arch === 'x64' && FULL ? test : test.skip
+  const onX64Full = AVX2 && FULL ? test : test.skip
   onX64Full('finds the tiled path when a user puts every type on it (GGML_CPU_TILED_MM=all), and the result says so', () => {
     const out = inChild(
       `
