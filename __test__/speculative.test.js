@@ -65,7 +65,7 @@ describe('draft compatibility', () => {
 // F16 targets are compared bit for bit (probabilities too, with drafts)
 // in exactness.test.js's quantization matrix.
 // test:full keeps four of the ten prompts (every mode on each); test:release all.
-const IDENTITY_PROMPTS = tiers(PROMPTS.map((p, i) => [i, p]), [0, 3, 6, 9].map((i) => [i, PROMPTS[i]]), [0, 6].map((i) => [i, PROMPTS[i]]))
+const IDENTITY_PROMPTS = tiers(PROMPTS.map((p, i) => [i, p]), [0, 3, 6, 9].map((i) => [i, PROMPTS[i]]), [6].map((i) => [i, PROMPTS[i]]))
 
 describe.each([['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS]])('greedy identity: %s', (_name, target, prompts) => {
   let engine
@@ -99,7 +99,7 @@ describe.each([['Q4_1 target + Q2_K draft', TARGET, IDENTITY_PROMPTS]])('greedy 
     for (const v of variants) {
       const base = { n_predict: N, temperature: 0, ...v }
       const off = await run(engine, { ...base, speculative: { mode: 'off' } })
-      for (const speculative of matrix(MODES, [MODES[0], MODES[2], MODES[4], MODES[5]])) {
+      for (const speculative of matrix(MODES, [MODES[2], MODES[4]])) {
         const r = await run(engine, { ...base, speculative })
         expect(r.tokens.map((t) => t.id)).toEqual(off.tokens.map((t) => t.id))
         expect(r.result.content).toBe(off.result.content)
