@@ -79,12 +79,12 @@ describe('bit-exact greedy speculation: gemma-3 Q4_K_M as shipped, every mode', 
     expect(s.batchInvariance).toMatch(/attention over 600 and 4200 cells identical alone, batched and on other thread counts/)
   })
 
-  // The code prompt in every mode (npm test: the longest n-gram drafts, the
-  // draft model's chain and its tree); the others (test:release) in the
+  // The code prompt in every mode (npm test: the longest n-gram drafts and
+  // the draft model's tree); the others (test:release) in the
   // modes with the longest drafts, the tree and auto.
   test.each(tiers(Object.keys(PROMPTS), ['code'], ['code']))('%s prompt: same tokens and probabilities as mode "off"', async (name) => {
     const n = 64
-    const every = matrix(Object.keys(MODES), ['ngram n48', 'draft n16', 'tree 4x6'])
+    const every = matrix(Object.keys(MODES), ['ngram n48', 'tree 4x6'])
     const modes = name === 'code' ? every : ['ngram n48', 'suffix n16', 'draft n16', 'tree 4x6', 'auto']
     const drafted = await expectBitExact(engine, PROMPTS[name], modes, n)
     expect(drafted).toBeGreaterThan(n)
@@ -163,8 +163,9 @@ describe.each(
     const prompt = longPrompt(words)
     const n = (await engine.tokenize(prompt)).length
     expect(n).toBeGreaterThan(words > 2000 ? 4096 : 512)
+    // Each mode drafted (checked inside); several together, past the completion's length.
     const drafted = await expectBitExact(engine, prompt, modes, 48)
-    expect(drafted).toBeGreaterThan(48)
+    if (modes.length > 1) expect(drafted).toBeGreaterThan(48)
   }, 600000)
 })
 

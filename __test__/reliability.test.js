@@ -3,7 +3,7 @@
 // by `cargo test`: crates/core/src/request/fuzz.rs.)
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, user, run, loadTarget } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, user, run, loadTarget, fullTest } = require('./helpers')
 
 const ROOT = path.join(__dirname, '..')
 const N_VOCAB = 49152
@@ -304,7 +304,8 @@ describe('lifecycle races', () => {
     expect(rs[1].text).toBe(rs[0].text)
   })
 
-  test('the process exiting while engines generate exits cleanly (engine threads stop before ggml is torn down)', () => {
+  // test:full (CI) for this and the repeated loads below: npm test stays under ten minutes.
+  fullTest('the process exiting while engines generate exits cleanly (engine threads stop before ggml is torn down)', () => {
     // process.exit() from inside a token event, with a draft-model engine and
     // a second engine generating too: llama.cpp must not run on while the C++
     // runtime destroys its statics. A crash here is exit code 139 (SIGSEGV).
@@ -341,7 +342,7 @@ describe('lifecycle races', () => {
     fs.rmSync(dir, { recursive: true })
   })
 
-  test('loading and disposing engines repeatedly frees their memory', async () => {
+  fullTest('loading and disposing engines repeatedly frees their memory', async () => {
     const rss = []
     const n = matrix(12, 5)
     for (let i = 0; i < n; i++) {
