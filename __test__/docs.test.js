@@ -130,3 +130,9 @@ test('binding.d.ts declares everything the native addon exports', () => {
     expect({ name, declared: new RegExp(`^\\s+${name}\\(`, 'm').test(bindingDts) }).toEqual({ name, declared: true })
   }
 })
+
+test("serve's flags table in docs/server.md is the options table's (scripts/cli-docs.mjs)", () => {
+  const { execFileSync } = require('node:child_process')
+  // Throws (exit 1, saying what to run) when they differ.
+  execFileSync(process.execPath, [path.join(root, 'scripts', 'cli-docs.mjs'), '--check'], { stdio: 'pipe' })
+})

@@ -20,6 +20,8 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
 import { createRequire } from 'node:module'
+import { UsageError, helpText, numberOf, parseTable } from './cli/table.mjs'
+import { SERVE_GROUPS, SERVE_TABLE, modelFromHub, serveExtras } from './cli/serve-options.mjs'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..')
 const DEFAULT_MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
@@ -67,6 +69,7 @@ const OPTIONS = {
   interactive: { type: 'boolean', short: 'i' },
   session: { type: 'string' },
   'chat-template': { type: 'string' },
+  'chat-template-file': { type: 'string' },
   prompt: { type: 'string', short: 'p' },
   json: { type: 'boolean' },
   'json-schema': { type: 'string' },
@@ -144,7 +147,7 @@ On a terminal, tokens accepted from a drafter are coloured by drafter
 Ctrl-C stops the generation and prints the summary (exit code 130).
 `
 
-export class UsageError extends Error {}
+export { UsageError }
 
 function number(flag, text, kind) {
   const value = typeof text === 'string' && text.trim() !== '' ? Number(text) : NaN
@@ -243,14 +246,35 @@ function loadOptions(v, env) {
   if (v.threads !== undefined) load.threads = number('threads', v.threads, 'int')
   if (v.parallel !== undefined) load.parallel = number('parallel', v.parallel, 'int')
   if (v['tool-call-format'] !== undefined) load.toolCallFormat = v['tool-call-format']
-  if (v['chat-template'] !== undefined) {
-    try {
-      load.chatTemplate = readFileSync(v['chat-template'], 'utf8')
-    } catch (e) {
-      throw new UsageError(`--chat-template: cannot read ${v['chat-template']} (${e.code || e.message})`)
-    }
-  }
+  if (v['chat-template-file'] !== undefined) load.chatTemplate = templateFile('chat-template-file', v['chat-template-file'])
+  else if (v['chat-template'] !== undefined) load.chatTemplate = chatTemplateOption(v['chat-template'])
   return load
+}
+
+// llama.cpp's built-in chat templates by name (--chat-template NAME), as Jinja.
+const BUILTIN_TEMPLATES = {
+  chatml: "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+}
+
+function templateFile(flag, file) {
+  try {
+    return readFileSync(file, 'utf8')
+  } catch (e) {
+    throw new UsageError(`--${flag}: cannot read ${file} (${e.code || e.message})`)
+  }
+}
+
+/**
+ * `--chat-template`: the template's Jinja text (llama.cpp's meaning), one
+ * of llama.cpp's built-in names, or the file it names (ours before).
+ */
+function chatTemplateOption(text) {
+  if (Object.hasOwn(BUILTIN_TEMPLATES, text)) return BUILTIN_TEMPLATES[text]
+  if (/\{[{%]/.test(text)) return text
+  if (existsSync(text)) return templateFile('chat-template', text)
+  throw new UsageError(
+    `--chat-template: ${JSON.stringify(text)} is neither a Jinja template, a file, nor a built-in name (${Object.keys(BUILTIN_TEMPLATES).join(', ')})`,
+  )
 }
 
 /** Parses the command line into { help, json, color, chat, prompt, load, request }. Throws UsageError. */
@@ -370,99 +394,19 @@ function progressBar(stream) {
 
 const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 }
 
-// `llama-engine serve`: the model flags of the main command, and the server's own.
-const SERVE_OPTIONS = {
-  lora: { type: 'string', multiple: true },
-  model: { ...OPTIONS.model, multiple: true },
-  models: { type: 'string' },
-  'models-preset': { type: 'string' },
-  'models-max': { type: 'string' },
-  'memory-max': { type: 'string' },
-  'idle-unload': { type: 'string' },
-  pin: { type: 'string', multiple: true },
-  draft: OPTIONS.draft,
-  mmproj: OPTIONS.mmproj,
-  rpc: OPTIONS.rpc,
-  portable: OPTIONS.portable,
-  'allow-remote-media': { type: 'boolean' },
-  'ctx-size': OPTIONS['ctx-size'],
-  threads: OPTIONS.threads,
-  parallel: { type: 'string' },
-  'chat-template': OPTIONS['chat-template'],
-  'tool-call-format': OPTIONS['tool-call-format'],
-  host: { type: 'string' },
-  port: { type: 'string' },
-  'api-key': { type: 'string' },
-  'max-queue': { type: 'string' },
-  cors: { type: 'string' },
-  'model-name': { type: 'string' },
-  'headers-timeout': { type: 'string' },
-  'request-timeout': { type: 'string' },
-  'shutdown-grace': { type: 'string' },
-  'responses-max': { type: 'string' },
-  'responses-max-bytes': { type: 'string' },
-  'responses-file': { type: 'string' },
-  isolation: { type: 'string' },
-  help: OPTIONS.help,
-}
-
 export const SERVE_USAGE = `Usage: llama-engine serve [options]
 
-An HTTP server over one model: OpenAI's Chat Completions, Completions,
-Responses and embeddings APIs, Anthropic's Messages API, llama.cpp's
-endpoints, /health and Prometheus /metrics.
+An HTTP server over one model (or several): OpenAI's Chat Completions,
+Completions, Responses and embeddings APIs, Anthropic's Messages API,
+llama.cpp's endpoints, /health and Prometheus /metrics. It takes
+llama-server's command line: its spellings mean what they mean there
+(docs/server.md, "Coming from llama-server").
 
-Model:
-  -m, --model PATH          target GGUF model (default: models/${DEFAULT_MODEL},
-                            or $LLAMA_ENGINE_MODELS_DIR/${DEFAULT_MODEL})
-      --draft PATH          draft model for speculative decoding
-      --mmproj PATH|URI     the model's multimodal projector: image (and audio) parts in
-                            every API (data: URLs and base64)
-      --allow-remote-media  also fetch http(s) image URLs (at most 20 MiB, 10 s each)
-      --lora PATH[:SCALE]   a LoRA adapter (GGUF) at SCALE (default 1); repeats; ids in
-                            this order (request field lora, GET/POST /lora-adapters)
-      --rpc HOST:PORT,…     the model's layers on these RPC workers (llama-engine rpc-worker)
-      --portable            determinism 'portable': the same tokens and probabilities on
-                            every CPU (slower kernels; docs/testing.md)
-  -c, --ctx-size N          context size per slot (default 4096)
-  -t, --threads N           threads (default: available parallelism)
-      --parallel N          requests decoded together (default 4)
-      --chat-template FILE  a Jinja chat template to use instead of the GGUF's
-      --tool-call-format F  auto | hermes | llama3 | mistral | generic
-
-Server:
-      --host ADDR           address to listen on (default 127.0.0.1)
-      --port N              port (default $PORT, else 8080; 0 picks a free one)
-      --api-key KEY         require the key (Authorization: Bearer KEY, or x-api-key: KEY)
-                            on every endpoint but /health (default $LLAMA_ENGINE_API_KEY)
-      --max-queue N         requests that may wait for a slot; more get 429 (default 64)
-      --cors ORIGIN         allow browsers from ORIGIN (a comma-separated list, or *)
-      --model-name NAME     the model's name in answers (default: the file's name)
-      --headers-timeout MS  drop a client whose headers are not in by then (default 10000)
-      --request-timeout MS  drop a client whose body is not in by then (default 60000)
-      --shutdown-grace MS   on SIGTERM/SIGINT, how long running requests may finish (default 10000)
-      --responses-max N     Responses API: responses kept for previous_response_id, item_reference
-                            and GET/DELETE /v1/responses/{id}, oldest dropped first (default 1000;
-                            0 keeps none)
-      --responses-max-bytes B  and at most B bytes of them (default 67108864)
-      --responses-file PATH kept responses also on disk (written atomically after each change,
-                            read back at start; a damaged file is not used, and says why)
-      --isolation MODE      process (default): the engine in a child process, restarted if
-                            it dies (a crash fails only its requests); none: in this process
-  -h, --help                this help
-
-Many models behind one server (the request's "model" picks; each loads on demand
-in its own child process; GET /v1/models lists them with their state):
-      --models DIR          every model GGUF in DIR, named by its file (without .gguf)
-      --model ALIAS=URI     a model named ALIAS (a path or hf: URI); repeats
-      --models-preset FILE  JSON: { "ALIAS": { "model": PATH|URI, "pinned": true,
-                            "options": { EngineOptions } } } (paths relative to FILE)
-      --models-max N        at most N loaded at once (default: no limit)
-      --memory-max BYTES    at most BYTES loaded, by inspect's estimate (K, M, G suffixes)
-      --idle-unload SECONDS unload a model no request used for that long
-      --pin ALIAS           load ALIAS at start and never unload it; repeats
-  The other model flags (--ctx-size, --parallel, --threads, --draft, --lora, …) apply
-  to every model. POST /models/load and /models/unload { "model": ALIAS }.
+${helpText(SERVE_TABLE, SERVE_GROUPS)}
+With several models (--models, --model ALIAS=URI, --models-preset), the request's
+"model" picks; each loads on demand in its own child process; GET /v1/models lists
+them with their state. The model flags (--ctx-size, --parallel, --threads, --draft,
+--lora, …) apply to every model. POST /models/load and /models/unload { "model": ALIAS }.
 
 SIGTERM or SIGINT: queued requests get 503, running ones finish (or are
 aborted after the grace period), the engine is disposed; exit code 143/130.
@@ -470,25 +414,15 @@ aborted after the grace period), the engine is disposed; exit code 143/130.
 
 /** Parses `serve`'s flags into { help, load, listen: { host, port }, server }. Throws UsageError. */
 export function parseServe(argv, env = process.env) {
-  let v
-  try {
-    ;({ values: v } = parseArgs({ args: argv, options: SERVE_OPTIONS, strict: true, allowPositionals: false }))
-  } catch (e) {
-    const unknown = /^Unknown option '([^']*)'/.exec(e.message)
-    throw new UsageError(unknown ? `unknown option ${unknown[1]}` : e.message)
-  }
+  const { values: v, given } = parseTable(argv, SERVE_TABLE, env)
   const nonNegative = (flag, text) => {
     const n = number(flag, text, 'int')
     if (n < 0) throw new UsageError(`--${flag}: expected a non-negative integer, got ${JSON.stringify(text)}`)
     return n
   }
-  const server = {}
-  const apiKey = v['api-key'] ?? env.LLAMA_ENGINE_API_KEY
-  if (apiKey) server.apiKey = apiKey
+  const server = serveExtras(v, given, env)
   if (v['max-queue'] !== undefined) server.maxQueue = nonNegative('max-queue', v['max-queue'])
-  if (v.cors !== undefined) server.cors = v.cors
   if (v['allow-remote-media']) server.allowRemoteMedia = true
-  if (v['model-name'] !== undefined) server.modelName = v['model-name']
   if (v['headers-timeout'] !== undefined) server.headersTimeoutMs = nonNegative('headers-timeout', v['headers-timeout'])
   if (v['request-timeout'] !== undefined) server.requestTimeoutMs = nonNegative('request-timeout', v['request-timeout'])
   if (v['shutdown-grace'] !== undefined) server.shutdownGraceMs = nonNegative('shutdown-grace', v['shutdown-grace'])
@@ -498,12 +432,14 @@ export function parseServe(argv, env = process.env) {
     if (v['responses-file'] === '') throw new UsageError('--responses-file: expected a path')
     server.responsesFile = v['responses-file']
   }
-  const port = nonNegative('port', v.port ?? env.PORT ?? '8080')
+  const port = nonNegative('port', v.port ?? '8080')
   if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
   const isolation = v.isolation ?? 'process'
-  if (isolation !== 'process' && isolation !== 'none') throw new UsageError(`--isolation: expected process or none, got ${JSON.stringify(isolation)}`)
   const listen = { host: v.host ?? '127.0.0.1', port }
-  const models = v.model ?? []
+  const hub = modelFromHub(v)
+  if (hub !== undefined && v.model !== undefined) throw new UsageError(`${given['hf-repo'] ?? given['model-url']}: a model is named by --model already`)
+  const models = v.model ?? (hub !== undefined ? [hub] : [])
+  Object.assign(v, serveLoadValues(v, given))
   const aliased = models.filter((m) => isAlias(m))
   const many = v.models !== undefined || v['models-preset'] !== undefined || aliased.length > 0
   if (!many) {
@@ -511,11 +447,11 @@ export function parseServe(argv, env = process.env) {
       if (v[flag] !== undefined) throw new UsageError(`--${flag} goes with many models: --models DIR, --model ALIAS=URI or --models-preset FILE`)
     }
     if (models.length > 1) throw new UsageError('--model: one model, or several as --model ALIAS=URI')
-    const load = { ...loadOptions({ ...v, model: models[0] }, env), isolation }
+    const load = { ...loadOptions({ ...v, model: models[0] }, env), ...serveLoad(v, given), isolation }
     return { help: Boolean(v.help), load, listen, server }
   }
   if (aliased.length !== models.length) throw new UsageError('--model: with several models, each is ALIAS=URI')
-  const { modelPath, ...shared } = loadOptions({ ...v, model: undefined }, env)
+  const { modelPath, ...shared } = { ...loadOptions({ ...v, model: undefined }, env), ...serveLoad(v, given) }
   const router = { models: [], dir: v.models, engineOptions: { ...shared, isolation } }
   const add = (name, uri, extra = {}) => {
     if (router.models.some((m) => m.name === name)) throw new UsageError(`the model ${JSON.stringify(name)} is named twice`)
@@ -531,6 +467,42 @@ export function parseServe(argv, env = process.env) {
   if (v['idle-unload'] !== undefined) router.idleUnloadMs = positive('idle-unload', v['idle-unload']) * 1000
   router.pin = v.pin ?? []
   return { help: Boolean(v.help), router, listen, server }
+}
+
+/**
+ * llama-server's spellings of the shared model flags, as loadOptions reads
+ * them: -1 threads and slots are the defaults, -c 0 the model's context,
+ * --lora's comma-separated list.
+ */
+function serveLoadValues(v, given) {
+  const out = {}
+  if (v.threads !== undefined && numberOf(given.threads, v.threads, 'int') === -1) out.threads = undefined
+  if (v.parallel !== undefined && numberOf(given.parallel, v.parallel, 'int') === -1) out.parallel = undefined
+  if (v['ctx-size'] !== undefined && numberOf(given['ctx-size'], v['ctx-size'], 'int') === 0) out['ctx-size'] = String(1 << 20)
+  if (v.lora !== undefined) out.lora = v.lora.flatMap((l) => l.split(',')).filter((l) => l !== '')
+  return out
+}
+
+/** The load options only serve has. */
+function serveLoad(v, given) {
+  const load = {}
+  if (v['batch-size'] !== undefined) load.batchSize = numberOf(given['batch-size'], v['batch-size'], 'int')
+  if (v.offline) load.offline = true
+  if (v['n-gpu-layers'] !== undefined) {
+    const t = v['n-gpu-layers']
+    if (t === 'all') load.gpuLayers = 99
+    else if (t !== 'auto') load.gpuLayers = numberOf(given['n-gpu-layers'], t, 'int')
+  }
+  if (v.pooling !== undefined) {
+    if (v.pooling === 'none' || v.pooling === 'rank') throw new UsageError(`${given.pooling}: ${v.pooling} is not supported yet (mean, cls, last)`)
+    load.pooling = v.pooling
+  }
+  if (v['cache-ram'] !== undefined) {
+    const mib = numberOf(given['cache-ram'], v['cache-ram'], 'int')
+    if (mib < -1) throw new UsageError(`${given['cache-ram']}: expected -1, 0 or a number of MiB`)
+    load.promptCacheMB = mib === -1 ? 1 << 20 : mib
+  }
+  return load
 }
 
 /** `ALIAS=URI`: a name without a path separator before the first `=`. */
