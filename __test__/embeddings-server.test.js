@@ -72,14 +72,36 @@ test('token-id input, dimensions (truncated and renormalised), and the 400s', as
     [{ dimensions: full.length + 1 }, SENTENCE, 'dimensions'],
     [{ dimensions: 0 }, SENTENCE, 'dimensions'],
     [{ encoding_format: 'int8' }, SENTENCE, 'encoding_format'],
-    [{}, '', 'input'],
     [{}, [SENTENCE, ''], 'input[1]'],
+    [{}, { content: 'string' }, 'input'],
+    [{}, { content: [{ type: 'unknown' }] }, 'input.content[0]'],
+    [{}, [SENTENCE, { content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] }], 'input[1].content[0]'],
     [{}, [], 'input'],
   ]) {
     const res = await fetch(`${base}/v1/embeddings`, { method: 'POST', body: JSON.stringify({ model: MODEL, input, ...extra }) })
     expect({ param, status: res.status }).toEqual({ param, status: 400 })
     expect((await res.json()).error.param).toBe(param)
   }
+})
+
+test("llama-server's inputs: ids with strings among them, { prompt_string }, { content: [text parts] }, an empty string", async () => {
+  const vector = async (input) => {
+    const res = await embedFloat(input)
+    expect(res.status).toBe(200)
+    return res.body.data.map((d) => d.embedding)
+  }
+  const ids = engine.tokenize(SENTENCE, { addBos: false })
+  const [mixed] = await vector([...ids.slice(0, 2), engine.detokenize(ids.slice(2))])
+  expect(mixed.length).toBeGreaterThan(1)
+  const [plain, byObject, byParts] = await vector([SENTENCE, { prompt_string: SENTENCE }, { content: [{ type: 'text', text: SENTENCE.slice(0, 5) }, { type: 'text', text: SENTENCE.slice(5) }] }])
+  expect(byObject).toEqual(plain)
+  expect(byParts).toEqual(plain)
+  expect(await vector({ prompt_string: SENTENCE })).toEqual([plain])
+  // An empty string is the model's BOS alone, as llama-server embeds it; a
+  // model that adds no BOS (SmolLM2) has nothing to embed: 400, as there.
+  const empty = await embedFloat('')
+  if (engine.tokenize('', { addBos: true }).length > 0) expect(empty.body.data).toHaveLength(1)
+  else expect([empty.status, empty.body.error.param]).toEqual([400, 'input'])
 })
 
 test("the AI SDK's embed and embedMany", async () => {

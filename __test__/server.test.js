@@ -90,7 +90,7 @@ describe('llama-engine/server: the llama.cpp endpoints', () => {
     expect(result.content).toBe((await engine.complete(request)).content)
   })
 
-  test('stream: true sends server-sent events ending with the result', async () => {
+  test('stream: true sends server-sent events ending with the result (its text already streamed: content "")', async () => {
     const res = await post(base, '/completion', { messages: user('Name three fruits.'), n_predict: 24, temperature: 0, stream: true })
     expect(res.status).toBe(200)
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/)
@@ -99,12 +99,15 @@ describe('llama-engine/server: the llama.cpp endpoints', () => {
     const last = events.pop()
     expect(last.stop).toBe(true)
     expect(last.tokens_predicted).toBeGreaterThan(0)
+    expect(last.content).toBe('')
     for (const e of events) {
       expect(e.stop).toBe(false)
       expect(typeof e.content).toBe('string')
-      expect(Array.isArray(e.tokens)).toBe(true)
+      expect(e.tokens.every(Number.isInteger)).toBe(true)
+      expect(e.token_details.map((t) => t.id)).toEqual(e.tokens)
     }
-    expect(events.map((e) => e.content).join('')).toBe(last.content)
+    const whole = await (await post(base, '/completion', { messages: user('Name three fruits.'), n_predict: 24, temperature: 0 })).json()
+    expect(events.map((e) => e.content).join('')).toBe(whole.content)
   })
 
   test('bad JSON is 400 INVALID_REQUEST', async () => {

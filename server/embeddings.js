@@ -4,27 +4,56 @@
 
 const { invalid, openaiErrorBody } = require('./errors.js')
 
-const isTokens = (v) => Array.isArray(v) && v.length > 0 && v.every(Number.isInteger)
+/**
+ * One input as llama-server reads a prompt: a string; token ids, strings
+ * among them tokenized in place; `{ prompt_string }`; or `{ content: [{
+ * type: 'text', text }] }` (the texts joined). A string, or token ids.
+ */
+function onePrompt(p, where, engine) {
+  if (typeof p === 'string') return p
+  if (Array.isArray(p)) {
+    if (p.length === 0) throw invalid(where, 'cannot be empty')
+    if (p.every(Number.isInteger)) return p
+    if (!p.every((x) => Number.isInteger(x) || typeof x === 'string')) throw invalid(where, 'expected token ids (strings among them are tokenized)')
+    return p.flatMap((x) => (typeof x === 'string' ? engine.tokenize(x, { addBos: false, special: true }) : [x]))
+  }
+  if (p !== null && typeof p === 'object') {
+    if (typeof p.prompt_string === 'string') return p.prompt_string
+    if (Array.isArray(p.content)) {
+      const bad = p.content.findIndex((part) => part === null || typeof part !== 'object' || part.type !== 'text' || typeof part.text !== 'string')
+      if (bad >= 0) throw invalid(`${where}.content[${bad}]`, 'expected { type: "text", text } (this endpoint embeds text)')
+      return p.content.map((part) => part.text).join('')
+    }
+    throw invalid(where, 'expected { prompt_string } or { content: [{ type: "text", text }] }')
+  }
+  throw invalid(where, 'expected a string, token ids, { prompt_string } or { content: [...] }')
+}
 
-/** The request's `input` checked: a string, strings, token ids, or arrays of token ids; none empty. */
-function inputOf(input) {
-  if (typeof input === 'string') {
-    if (input === '') throw invalid('input', 'cannot be empty')
-    return input
+/**
+ * The request's `input`: one prompt or several (a list of strings, token
+ * arrays or objects), as llama-server takes them; strings, or token ids
+ * for all when any is ids. An empty string embeds the model's BOS alone.
+ */
+function inputOf(input, engine) {
+  const isEmpty = (p) => p === '' || (Array.isArray(p) && p.length === 0)
+  if (input === '') {
+    const bos = engine.tokenize('', { addBos: true })
+    if (bos.length === 0) throw invalid('input', 'cannot be empty (this model has no BOS token to embed)')
+    return bos
   }
-  if (!Array.isArray(input) || input.length === 0) throw invalid('input', 'expected a string, an array of strings, an array of token ids or an array of those; not empty')
-  if (input.every(Number.isInteger)) return input
-  if (input.every((s) => typeof s === 'string')) {
-    const empty = input.findIndex((s) => s === '')
-    if (empty >= 0) throw invalid(`input[${empty}]`, 'cannot be empty')
-    return input
+  if (!Array.isArray(input)) {
+    const one = onePrompt(input, 'input', engine)
+    if (isEmpty(one)) throw invalid('input', 'cannot be empty')
+    return one
   }
-  if (input.every(Array.isArray)) {
-    const bad = input.findIndex((t) => !isTokens(t))
-    if (bad >= 0) throw invalid(`input[${bad}]`, 'expected a non-empty array of token ids')
-    return input
-  }
-  throw invalid('input', 'expected a string, an array of strings, an array of token ids or an array of those (not mixed)')
+  if (input.length === 0) throw invalid('input', 'expected a string, an array of strings, an array of token ids or an array of those; not empty')
+  // Token ids, strings among them: one prompt.
+  if (input.every((x) => Number.isInteger(x) || typeof x === 'string') && !input.every((x) => typeof x === 'string')) return onePrompt(input, 'input', engine)
+  const prompts = input.map((p, i) => onePrompt(p, `input[${i}]`, engine))
+  const empty = prompts.findIndex(isEmpty)
+  if (empty >= 0) throw invalid(`input[${empty}]`, 'cannot be empty')
+  if (prompts.every((p) => typeof p === 'string')) return prompts
+  return prompts.map((p) => (typeof p === 'string' ? engine.tokenize(p, { addBos: true }) : p))
 }
 
 /**
@@ -53,7 +82,8 @@ function base64(vector) {
 
 async function embeddings(ctx) {
   const body = await ctx.body()
-  const input = inputOf(body.input)
+  if (body.input === undefined && body.content !== undefined) body.input = body.content // llama.cpp's /embedding
+  const input = inputOf(body.input, ctx.engine)
   const format = body.encoding_format ?? 'float'
   if (format !== 'float' && format !== 'base64') throw invalid('encoding_format', `expected "float" or "base64", got ${JSON.stringify(format)}`)
   if (body.dimensions != null && (!Number.isInteger(body.dimensions) || body.dimensions < 1)) throw invalid('dimensions', 'expected a positive integer')

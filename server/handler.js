@@ -20,6 +20,11 @@ const DEFAULTS = {
   modelName: undefined,
   maxQueue: 64,
   cors: false,
+  corsMethods: 'GET, POST, DELETE, OPTIONS',
+  corsHeaders: undefined,
+  corsCredentials: true,
+  slots: true,
+  requestDefaults: undefined,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
   maxBodyBytes: 16 * 1024 * 1024,
@@ -40,7 +45,10 @@ function serverOptions(options = {}) {
   for (const name of ['maxQueue', 'headersTimeoutMs', 'requestTimeoutMs', 'maxBodyBytes', 'shutdownGraceMs', 'responsesMax', 'responsesMaxBytes']) {
     if (!Number.isInteger(o[name]) || o[name] < 0) throw new TypeError(`${name}: expected a non-negative integer, got ${JSON.stringify(o[name])}`)
   }
-  if (o.apiKey != null && (typeof o.apiKey !== 'string' || o.apiKey === '')) throw new TypeError('apiKey: expected a non-empty string')
+  const keys = o.apiKey == null ? [] : [].concat(o.apiKey)
+  if (o.apiKey != null && (keys.length === 0 || keys.some((k) => typeof k !== 'string' || k === ''))) throw new TypeError('apiKey: expected a non-empty string, or an array of them')
+  if (o.requestDefaults != null && (typeof o.requestDefaults !== 'object' || Array.isArray(o.requestDefaults))) throw new TypeError('requestDefaults: expected an object of request fields')
+  for (const name of ['corsMethods', 'corsHeaders']) if (o[name] != null && typeof o[name] !== 'string') throw new TypeError(`${name}: expected a string`)
   if (o.onError != null && typeof o.onError !== 'function') throw new TypeError('onError: expected a function')
   if (o.responsesFile != null && (typeof o.responsesFile !== 'string' || o.responsesFile === '')) throw new TypeError('responsesFile: expected a path')
   return o
@@ -63,7 +71,7 @@ const STORE_ROUTES = new Set(['GET /v1/responses/:id', 'DELETE /v1/responses/:id
  */
 function createCore(engineOrPromise, options) {
   const opts = serverOptions(options)
-  const keyDigest = opts.apiKey ? digest(opts.apiKey) : null
+  const keyDigests = opts.apiKey ? [].concat(opts.apiKey).map(digest) : null
   const limits = { maxBodyBytes: opts.maxBodyBytes, requestTimeoutMs: opts.requestTimeoutMs }
   const metrics = new Metrics()
   const started = Math.floor(Date.now() / 1000)
@@ -102,7 +110,7 @@ function createCore(engineOrPromise, options) {
   /** Serves one exchange. `next`, when given, gets what this server does not serve. */
   async function handle(exchange, next) {
     const t0 = performance.now()
-    const cors = corsHeaders(opts.cors, exchange)
+    const cors = corsHeaders(opts, exchange)
     const key = `${exchange.method} ${exchange.path}`
     const found = findRoute(exchange.method, exchange.path)
     const route = found.route
@@ -129,6 +137,8 @@ function createCore(engineOrPromise, options) {
       server: {
         /** The Responses API's kept responses (`store`). */
         responses,
+        /** GET /slots answers (llama-server's --no-slots: 501). */
+        slots: opts.slots !== false,
         /** The engine's LoRA adapters, `[{ id, name, path, scale }]`, with the scales POST /lora-adapters set. */
         loras: () => lane?.loras() ?? [],
         /** Sets the scales requests without `lora` get (a Map id -> scale naming every adapter). */
@@ -182,6 +192,7 @@ function createCore(engineOrPromise, options) {
         }
       },
       async generate(request, onEvent) {
+        request = textTokens(withDefaults(request, opts.requestDefaults), lane.engine)
         request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, signal: exchange.signal })
         return lane.generate(exchange, t0, lane.engineRequest(request, requested), onEvent)
       },
@@ -189,12 +200,12 @@ function createCore(engineOrPromise, options) {
     }
     let status = 200
     try {
-      if (exchange.method === 'OPTIONS' && exchange.header('access-control-request-method')) {
-        const headers = preflightHeaders(opts.cors, exchange)
+      if (exchange.method === 'OPTIONS') {
+        // Answered before the key is checked: browsers send no Authorization on a preflight.
+        const headers = preflightHeaders(opts, exchange)
         if (headers) {
           endpoint = 'preflight'
-          status = 204
-          return exchange.send(204, headers, '')
+          return exchange.send(200, { ...headers, 'Content-Type': 'text/plain; charset=utf-8' }, '')
         }
       }
       if (!route && !own && !(known && (key === 'GET /health' || key === 'GET /metrics'))) {
@@ -207,7 +218,7 @@ function createCore(engineOrPromise, options) {
           : new ApiError(404, `no endpoint ${exchange.path}`, { code: 'NOT_FOUND', type: 'not_found_error' })
       }
       if (key === 'GET /health') return health(exchange, cors)
-      if (keyDigest && !authorized(exchange, keyDigest)) {
+      if (keyDigests && !authorized(exchange, keyDigests)) {
         throw new ApiError(401, 'a valid API key is required: Authorization: Bearer <key>, or x-api-key: <key>', {
           code: 'INVALID_API_KEY',
           type: 'authentication_error',
@@ -298,6 +309,47 @@ function createCore(engineOrPromise, options) {
       return single?.engine ?? null
     },
   }
+}
+
+/**
+ * The server's defaults (llama-server's --temp, --seed, -n, --spec-*…)
+ * under a request's own fields: a field the request leaves out takes the
+ * default; `speculative` merges field by field. `n_predict` is also a
+ * limit, as llama-server's -n is: a request asking for more (or for no
+ * limit, -1) gets the server's.
+ */
+function withDefaults(request, defaults) {
+  if (!defaults || request === null || typeof request !== 'object') return request
+  const out = { ...request }
+  for (const [k, v] of Object.entries(defaults)) {
+    if (k === 'speculative' && out.speculative !== null && typeof out.speculative === 'object') out.speculative = { ...v, ...out.speculative }
+    else if (out[k] === undefined) out[k] = v
+    else if (k === 'n_predict' && v >= 0 && Number.isInteger(out[k]) && (out[k] < 0 || out[k] > v)) out[k] = v
+  }
+  return out
+}
+
+/**
+ * What llama-server tokenizes for the client: `logit_bias` entries keyed
+ * by text (`[["hello", -1]]`, `{ "hello": -1 }`: every token of the text
+ * gets the bias) and a prompt of token ids with strings among them.
+ */
+function textTokens(request, engine) {
+  if (request === null || typeof request !== 'object' || !engine) return request
+  let out = request
+  const tokens = (text) => engine.tokenize(text, { addBos: false, special: false })
+  const lb = request.logit_bias
+  const isText = (k) => typeof k === 'string' && !/^\s*-?\d+\s*$/.test(k)
+  if (Array.isArray(lb) && lb.some((e) => Array.isArray(e) && isText(e[0]))) {
+    out = { ...out, logit_bias: lb.flatMap((e) => (Array.isArray(e) && isText(e[0]) ? tokens(e[0]).map((id) => [id, e[1]]) : [e])) }
+  } else if (lb !== null && typeof lb === 'object' && !Array.isArray(lb) && Object.keys(lb).some(isText)) {
+    out = { ...out, logit_bias: Object.entries(lb).flatMap(([k, v]) => (isText(k) ? tokens(k).map((id) => [id, v]) : [[Number(k), v]])) }
+  }
+  const p = request.prompt
+  if (Array.isArray(p) && p.some((x) => typeof x === 'string') && p.some(Number.isInteger) && p.every((x) => typeof x === 'string' || Number.isInteger(x))) {
+    out = { ...out, prompt: p.flatMap((x) => (typeof x === 'string' ? engine.tokenize(x, { addBos: false, special: true }) : [x])) }
+  }
+  return out
 }
 
 /** The router's own endpoints (llama.cpp's router mode names). */

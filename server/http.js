@@ -237,41 +237,61 @@ const digest = (text) => createHash('sha256').update(text).digest()
  * are hashed first, so neither the key's content nor its length shows in
  * the time taken.
  */
-function authorized(exchange, keyDigest) {
+function authorized(exchange, keyDigests) {
   const bearer = /^Bearer\s+(.+)$/i.exec(exchange.header('authorization') || '')?.[1]?.trim()
   const given = [bearer, exchange.header('x-api-key')?.trim()]
   let ok = false
-  for (const g of given) if (typeof g === 'string' && g !== '' && timingSafeEqual(digest(g), keyDigest)) ok = true
+  for (const g of given) {
+    if (typeof g !== 'string' || g === '') continue
+    const d = digest(g)
+    for (const k of [].concat(keyDigests)) if (timingSafeEqual(d, k)) ok = true
+  }
   return ok
 }
 
+// An origin on this machine: http(s)://localhost, 127.0.0.1 or [::1], any port.
+const LOCALHOST_ORIGIN = /^https?:\/\/(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?$/i
+
 /**
- * CORS headers for a request, from the `cors` option: true or "*" allows
- * any origin, a string (or a comma-separated list) those origins; false or
- * absent sends none.
+ * The Access-Control-Allow-Origin a request gets, or null. `cors`: true or
+ * "*" any origin (echoed when credentials are allowed, as llama-server
+ * does; else "*"); "localhost" origins on this machine only; a string (or
+ * comma-separated list) those origins; false or absent none.
  */
-function corsHeaders(cors, exchange) {
-  if (!cors) return {}
-  const origin = exchange.header('origin')
-  const allowed = cors === true || cors === '*' ? ['*'] : String(cors).split(',').map((s) => s.trim())
-  let allow
-  if (allowed.includes('*')) allow = '*'
-  else if (origin && allowed.includes(origin)) allow = origin
-  else return {}
+function allowedOrigin({ cors, corsCredentials = true }, origin) {
+  if (!cors) return null
+  const list = cors === true ? ['*'] : String(cors).split(',').map((s) => s.trim())
+  if (list.includes('*')) return corsCredentials && origin ? origin : '*'
+  if (!origin) return null
+  if (list.includes('localhost') && LOCALHOST_ORIGIN.test(origin)) return origin
+  return list.includes(origin) ? origin : null
+}
+
+/** CORS headers for a request (the server's options `cors`, `corsCredentials`). */
+function corsHeaders(opts, exchange) {
+  const allow = allowedOrigin(opts, exchange.header('origin'))
+  if (!allow) return {}
   const headers = { 'Access-Control-Allow-Origin': allow, 'Access-Control-Expose-Headers': 'Retry-After' }
-  if (allow !== '*') headers.Vary = 'Origin'
+  if (allow !== '*') {
+    headers.Vary = 'Origin'
+    if (opts.corsCredentials !== false) headers['Access-Control-Allow-Credentials'] = 'true'
+  }
   return headers
 }
 
-/** The answer to a CORS preflight (OPTIONS with Access-Control-Request-Method). */
-function preflightHeaders(cors, exchange) {
-  const headers = corsHeaders(cors, exchange)
-  if (!headers['Access-Control-Allow-Origin']) return null
+/**
+ * The answer to a CORS preflight (any OPTIONS request when `cors` is on):
+ * the origin when it is allowed (a browser refuses the call without it),
+ * credentials, `corsMethods`, and `corsHeaders` (default: whatever headers
+ * the browser asks for, the SDKs' x-stainless-* and anthropic-* among them).
+ */
+function preflightHeaders(opts, exchange) {
+  if (!opts.cors) return null
   return {
-    ...headers,
-    'Access-Control-Allow-Methods': 'GET, POST, OPTIONS',
-    // Whatever the client asks for: the SDKs send their own x-stainless-* and anthropic-* headers.
-    'Access-Control-Allow-Headers': exchange.header('access-control-request-headers') || 'authorization, content-type, x-api-key',
+    ...corsHeaders(opts, exchange),
+    'Access-Control-Allow-Credentials': opts.corsCredentials === false ? 'false' : 'true',
+    'Access-Control-Allow-Methods': opts.corsMethods ?? 'GET, POST, DELETE, OPTIONS',
+    'Access-Control-Allow-Headers': opts.corsHeaders ?? (exchange.header('access-control-request-headers') || 'authorization, content-type, x-api-key'),
     'Access-Control-Max-Age': '86400',
   }
 }

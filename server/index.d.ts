@@ -9,9 +9,9 @@ export interface ServerOptions {
   /**
    * Required on every endpoint but /health (and CORS preflights), as
    * `Authorization: Bearer <key>` or `x-api-key: <key>`; compared in
-   * constant time. Default: none (no key needed).
+   * constant time; several keys: any of them. Default: none (no key needed).
    */
-  apiKey?: string
+  apiKey?: string | string[]
   /** The model's name in answers and GET /v1/models. Default: the model file's name (`status().model`). */
   modelName?: string
   /**
@@ -20,10 +20,28 @@ export interface ServerOptions {
    */
   maxQueue?: number
   /**
-   * CORS: `true` or `"*"` allows any origin; a string (or comma-separated
-   * list) those origins. Preflight requests are answered. Default: off.
+   * CORS: `true` or `"*"` allows any origin (echoed, with credentials, when
+   * `corsCredentials`; else `*`); `"localhost"` origins on this machine
+   * (localhost, 127.0.0.1, [::1], any port); a string (or comma-separated
+   * list) those origins. Every OPTIONS request is then answered 200 as a
+   * preflight (without Access-Control-Allow-Origin for an origin not
+   * allowed). Default: off. (`llama-engine serve`: `"*"`, as llama-server.)
    */
   cors?: string | boolean
+  /** The methods a preflight allows. Default `"GET, POST, DELETE, OPTIONS"`. */
+  corsMethods?: string
+  /** The headers a preflight allows. Default: those the preflight asks for. (`serve`: `"*"`.) */
+  corsHeaders?: string
+  /** Access-Control-Allow-Credentials. Default true. */
+  corsCredentials?: boolean
+  /** GET /slots; false answers it 501 (llama-server's --no-slots). Default true. */
+  slots?: boolean
+  /**
+   * Defaults of request fields (`temperature`, `seed`, `n_predict`,
+   * `speculative`…: llama-server's --temp, --seed, -n, --spec-*): a request
+   * that leaves a field out gets it; `speculative` merges field by field.
+   */
+  requestDefaults?: Record<string, unknown>
   /** createServer: a connection whose request headers are not in by then is dropped (408). Default 10000. */
   headersTimeoutMs?: number
   /**

@@ -22,6 +22,16 @@ function buildInfo() {
   return `llama-engine ${PACKAGE_VERSION}${llamaCppVersion ? ` (llama.cpp of llama-cpp-sys-2 ${llamaCppVersion})` : ''}`
 }
 
+/**
+ * What chat and completion results carry as `system_fingerprint`: the
+ * build, as llama-server's "b<build>-<commit>" (here llama.cpp's crate
+ * version and this package's).
+ */
+function systemFingerprint() {
+  buildInfo()
+  return `b${llamaCppVersion ?? '0'}-llama-engine-${PACKAGE_VERSION}`
+}
+
 // The engine's default sampling and generation settings, from its own list
 // of request fields (the defaults a request without them gets), shaped as
 // the `generation_settings` of its results.
@@ -75,6 +85,7 @@ function props(ctx) {
  * count of busy slots only (`active`). The prompt's text is never shown.
  */
 function slots(ctx) {
+  if (ctx.server.slots === false) throw new ApiError(501, 'This server does not support slots endpoint (start it without --no-slots)', { code: 'NOT_SUPPORTED', type: 'not_supported_error' })
   const st = ctx.engine.status()
   const n = st.parallel ?? 1
   const list = Array.isArray(st.slots)
@@ -141,18 +152,62 @@ function probabilities(tokens) {
   return tokens.map((t) => ({ content: t.piece, probs: (t.probs || []).map((p) => ({ tok_str: p.piece, prob: p.prob })) }))
 }
 
-/** POST /completion: the engine's own request fields, and its result and events as they are. */
+/** llama-server's `stop_type` of a result. */
+function stopType(r) {
+  if (r.stopped_word) return 'word'
+  if (r.stopped_eos || r.stopped_tool_calls) return 'eos'
+  if (r.stopped_limit) return 'limit'
+  return 'none'
+}
+
+/**
+ * A result as llama-server answers /completion: the engine's result, and
+ * `tokens` (the ids, with `return_tokens`; else []), `has_new_line`,
+ * `stop_type`, and `timings.cache_n` (prompt tokens reused),
+ * `timings.draft_n` and `draft_n_accepted` (when drafts were made).
+ */
+function llamaResult(result, turn) {
+  const timings = { ...result.timings, cache_n: result.tokens_cached }
+  const spec = result.speculative
+  if (spec && spec.n_drafted > 0) Object.assign(timings, { draft_n: spec.n_drafted, draft_n_accepted: spec.n_accepted })
+  return {
+    ...result,
+    tokens: turn.returnTokens ? turn.ids : [],
+    has_new_line: (result.content ?? '').includes('\n'),
+    stop_type: stopType(result),
+    timings,
+  }
+}
+
+/**
+ * POST /completion: the engine's own request fields, and its result and
+ * events in llama-server's shapes: each streamed event's `tokens` are ids
+ * (the engine's token objects, with their source and probabilities, are
+ * `token_details`); the last event has empty `content` (the text was
+ * streamed) and the result's other fields, `stop: true`.
+ */
 const completion = {
-  // `stream` is the skeleton's to read; every other field is the engine's.
-  toEngine: ({ stream, ...request }) => ({ request }),
-  reply: (result) => result,
+  // `stream` is the skeleton's to read, `return_tokens` ours; every other field is the engine's.
+  toEngine: ({ stream, return_tokens, ...request }) => ({ request, returnTokens: return_tokens === true, ids: [] }),
+  observe(event, turn) {
+    if (event.type === 'token') for (const t of event.tokens) turn.ids.push(t.id)
+  },
+  reply: (result, turn) => llamaResult(result, turn),
   streamEvents: (turn, sse) => ({
     event(event) {
       if (event.type === 'token') {
         const completion_probabilities = probabilities(event.tokens)
-        sse.send({ ...event, stop: false, ...(completion_probabilities ? { completion_probabilities } : {}) })
+        for (const t of event.tokens) turn.ids.push(t.id)
+        sse.send({
+          ...event,
+          tokens: event.tokens.map((t) => t.id),
+          token_details: event.tokens,
+          stop: false,
+          ...(completion_probabilities ? { completion_probabilities } : {}),
+        })
       } else {
-        sse.send(event) // done: the whole result, stop: true
+        // done: the whole result, its text already streamed.
+        sse.send({ ...llamaResult(event, { ...turn, returnTokens: false }), content: '', stop: true })
       }
     },
     end() {},
@@ -167,11 +222,12 @@ const completion = {
  */
 const infill = {
   ...completion,
-  toEngine: ({ stream, ...request }) => {
+  toEngine: (body) => {
+    const turn = completion.toEngine(body)
     for (const field of ['input_prefix', 'input_suffix']) {
-      if (request[field] == null) throw invalid(field, 'required (fill-in-the-middle: the text before and after the gap)')
+      if (turn.request[field] == null) throw invalid(field, 'required (fill-in-the-middle: the text before and after the gap)')
     }
-    return { request }
+    return turn
   },
 }
 
@@ -194,6 +250,7 @@ async function detokenize(ctx) {
 }
 
 module.exports = {
+  systemFingerprint,
   errorBody: openaiErrorBody,
   routes: {
     'POST /completion': completion,

@@ -6,6 +6,7 @@
 const { randomUUID } = require('node:crypto')
 const { invalid, openaiErrorBody } = require('./errors.js')
 const { isObject, passthrough } = require('./util.js')
+const { systemFingerprint } = require('./llama.js')
 
 // Engine fields a client may send beside OpenAI's: every one OpenAI's names
 // do not already map. Those OpenAI shares (temperature, top_p, seed, the
@@ -131,7 +132,12 @@ function completionRoute(kind) {
   return {
     toEngine(body, ctx) {
       const request = chat ? chatRequest(body) : completionRequest(body)
-      const head = { id: `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: ctx.modelName() }
+      const head = {
+        id: `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`,
+        created: Math.floor(Date.now() / 1000),
+        model: ctx.modelName(),
+        system_fingerprint: systemFingerprint(),
+      }
       return { request, paramOf: chatParam, body, head }
     },
     reply(result, { head }) {
@@ -151,7 +157,8 @@ function completionRoute(kind) {
       }
       let first = true
       const role = () => {
-        if (first && chat) sse.send(chunk({ delta: { role: 'assistant', content: '' } }))
+        // llama-server's first chunk: the role, content null.
+        if (first && chat) sse.send(chunk({ delta: { role: 'assistant', content: null } }))
         first = false
       }
       return {
@@ -194,9 +201,28 @@ function models(ctx) {
   ctx.json(200, { object: 'list', data, models: data.map((m) => ({ ...m, name: m.id, model: m.id })) })
 }
 
+/**
+ * POST /apply-template (llama-server's): the prompt a chat request's
+ * `messages` (with its tools, `chat_template_kwargs` and
+ * `add_generation_prompt`, default true) renders to, without generating.
+ */
+async function applyTemplate(ctx) {
+  const body = await ctx.body()
+  const { messages } = chatRequest(body)
+  const add = body.add_generation_prompt ?? true
+  if (typeof add !== 'boolean') throw invalid('add_generation_prompt', 'expected true or false')
+  const options = { addGenerationPrompt: add }
+  for (const f of ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']) {
+    // An empty tools list is none (as llama-server reads it).
+    if (body[f] != null && !(f === 'tools' && Array.isArray(body[f]) && body[f].length === 0)) options[f] = body[f]
+  }
+  ctx.json(200, { prompt: ctx.engine.applyChatTemplate(messages, options) })
+}
+
 module.exports = {
   errorBody: openaiErrorBody,
   routes: {
+    'POST /apply-template': applyTemplate,
     'GET /v1/models': models,
     'GET /models': models,
     'POST /v1/chat/completions': chatCompletion,

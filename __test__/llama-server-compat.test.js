@@ -1,0 +1,245 @@
+// `llama-engine serve` as a drop-in for llama-server: its command line
+// (spellings, meanings, environment variables, the flags it lacks named in
+// the error) and its HTTP behaviour (CORS, /apply-template,
+// system_fingerprint, the first chat chunk, --no-slots, server-wide
+// sampling defaults), against a real server started with a llama-server
+// command line as llama.cpp's own test suite starts one.
+
+const path = require('node:path')
+const { spawn } = require('node:child_process')
+const { TARGET } = require('./helpers')
+const { until, importEsm } = require('./server-helpers')
+
+const ROOT = path.join(__dirname, '..')
+const CLI = path.join(ROOT, 'bin', 'llama-engine.mjs')
+const cli = () => importEsm(CLI)
+
+describe("serve reads llama-server's command line", () => {
+  test('the flags of llama.cpp\'s test suite: each in its meaning', async () => {
+    const { parseServe } = await cli()
+    // As tools/server/tests/utils.py starts llama-server (the model substituted).
+    const argv = ['--port', '8080', '--temp', '0.8', '--seed', '42', '--host', '127.0.0.1', '--model', TARGET, '--batch-size', '1024', '--ubatch-size', '512', '--no-slots', '--alias', 'tinyllama-2', '--ctx-size', '512', '--parallel', '2', '--n-predict', '64', '--no-jinja', '-fa', 'on', '--spec-draft-n-max', '8', '--spec-type', 'ngram-simple', '--threads', '-1', '--cors-origins', 'localhost', '--api-key', 'a,b']
+    const { load, listen, server } = parseServe(argv, {})
+    expect(listen).toEqual({ host: '127.0.0.1', port: 8080 })
+    expect(load).toMatchObject({ modelPath: TARGET, contextSize: 512, parallel: 2, batchSize: 1024, isolation: 'process' })
+    expect(load.threads).toBeUndefined()
+    expect(server).toMatchObject({
+      modelName: 'tinyllama-2',
+      slots: false,
+      cors: 'localhost',
+      apiKey: ['a', 'b'],
+      requestDefaults: { temperature: 0.8, seed: 42, n_predict: 64, speculative: { mode: 'ngram', n_max: 8 } },
+    })
+  })
+
+  test('short spellings of several letters, values after = and negative numbers', async () => {
+    const { parseServe } = await cli()
+    const { load, server } = parseServe(['-m', TARGET, '-np', '3', '-ub', '256', '-b', '128', '-c', '1024', '-n', '-1', '-s', '-1', '-ngl', '0', '--top-k=5', '-fa', '--cache-ram', '0', '-md', TARGET], {})
+    expect(load).toMatchObject({ parallel: 3, batchSize: 128, contextSize: 1024, gpuLayers: 0, promptCacheMB: 0, draftModelPath: TARGET })
+    expect(server.requestDefaults).toEqual({ n_predict: -1, seed: -1, top_k: 5 })
+  })
+
+  test('environment variables fill what the command line leaves out', async () => {
+    const { parseServe } = await cli()
+    const { load, listen, server } = parseServe(['--ctx-size', '256'], { LLAMA_ARG_MODEL: TARGET, LLAMA_ARG_CTX_SIZE: '2048', LLAMA_ARG_PORT: '9000', LLAMA_ARG_N_PARALLEL: '2', LLAMA_API_KEY: 'k', LLAMA_ARG_ENDPOINT_SLOTS: 'false' })
+    expect(load).toMatchObject({ modelPath: TARGET, contextSize: 256, parallel: 2 })
+    expect(listen.port).toBe(9000)
+    expect(server).toMatchObject({ apiKey: 'k', slots: false })
+  })
+
+  test('-hf and -hff name a Hugging Face model; --chat-template takes Jinja, a built-in name or a file', async () => {
+    const { parseServe } = await cli()
+    expect(parseServe(['-hf', 'ggml-org/models', '-hff', 'tinyllamas/stories260K.gguf'], {}).load.modelPath).toBe('hf:ggml-org/models/tinyllamas/stories260K.gguf')
+    expect(parseServe(['-hf', 'ggml-org/tinygemma3-GGUF:Q8_0'], {}).load.modelPath).toBe('hf:ggml-org/tinygemma3-GGUF:Q8_0')
+    expect(parseServe(['-m', TARGET, '--chat-template', 'chatml'], {}).load.chatTemplate).toMatch(/<\|im_start\|>/)
+    expect(parseServe(['-m', TARGET, '--chat-template', '{{ messages[0].content }}'], {}).load.chatTemplate).toBe('{{ messages[0].content }}')
+    const file = path.join(__dirname, 'fixtures', 'chat-templates', 'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja')
+    expect(parseServe(['-m', TARGET, '--chat-template-file', file], {}).load.chatTemplate).toMatch(/tool/)
+  })
+
+  test('a flag of llama-server this server lacks is an error naming it; unknown ones too', async () => {
+    const { parseServe, UsageError } = await cli()
+    for (const [argv, message] of [
+      [['--slot-save-path', '/tmp'], /--slot-save-path: saving slots/],
+      [['-ctk', 'q8_0'], /-ctk: the KV cache is F16/],
+      [['--reranking'], /--reranking: reranking is not supported/],
+      [['--pooling', 'rank'], /--pooling: rank is not supported/],
+      [['--no-such-flag'], /unknown option --no-such-flag/],
+      [['--spec-type', 'draft-eagle3'], /--spec-type: "draft-eagle3" is not supported/],
+      [['--flash-attn=sometimes'], /expected one of on, off, auto/],
+      [['--port'], /--port: expected N/],
+      [['--no-slots=1'], /takes no value/],
+    ]) {
+      let err
+      try {
+        parseServe(argv, {})
+      } catch (e) {
+        err = e
+      }
+      expect(err).toBeInstanceOf(UsageError)
+      expect(err.message).toMatch(message)
+    }
+  })
+
+  test('--help lists both spellings and what llama-server flags change nothing here', async () => {
+    const { SERVE_USAGE } = await cli()
+    expect(SERVE_USAGE).toMatch(/-ub, --ubatch-size/)
+    expect(SERVE_USAGE).toMatch(/--cors, --cors-origins/)
+    expect(SERVE_USAGE).toMatch(/llama-server's;\s+the\s+engine\s+sizes\s+its\s+own\s+batches/)
+    expect(SERVE_USAGE).not.toMatch(/--slot-save-path/)
+  })
+})
+
+describe("serve answers as llama-server does (a server started with llama-server's flags)", () => {
+  let srv
+  let base
+  let log = ''
+  beforeAll(async () => {
+    srv = spawn(process.execPath, [CLI, 'serve', '-m', TARGET, '--port', '0', '-c', '1024', '-np', '2', '--temp', '0', '--seed', '42', '-n', '6', '--no-slots', '--alias', 'tinyllama-2', '--isolation', 'none', '--no-jinja', '-fa', 'off'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
+    srv.stderr.on('data', (d) => (log += d))
+    expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
+    base = `http://127.0.0.1:${/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1]}`
+  })
+  afterAll(() => srv?.kill())
+
+  const post = (route, body, headers = {}) => fetch(base + route, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
+
+  test('CORS by default: any origin echoed with credentials, llama-server\'s methods and headers, on a 200 preflight', async () => {
+    for (const origin of ['localhost', 'web.mydomain.fr']) {
+      const res = await fetch(`${base}/completions`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'Authorization' } })
+      expect(res.status).toBe(200)
+      expect(res.headers.get('access-control-allow-origin')).toBe(origin)
+      expect(res.headers.get('access-control-allow-credentials')).toBe('true')
+      expect(res.headers.get('access-control-allow-methods')).toBe('GET, POST, DELETE, OPTIONS')
+      expect(res.headers.get('access-control-allow-headers')).toBe('*')
+    }
+    const res = await post('/completion', { prompt: 'Hi' }, { origin: 'http://app.example' })
+    expect(res.headers.get('access-control-allow-origin')).toBe('http://app.example')
+    await res.arrayBuffer()
+  })
+
+  test('the server-wide defaults (-n 6, --temp 0, --seed 42) apply where a request says nothing; its own fields win; -n is also a limit', async () => {
+    const a = await (await post('/completion', { prompt: 'Once upon a time', ignore_eos: true })).json()
+    expect(a.tokens_predicted).toBe(6)
+    expect(a.generation_settings).toMatchObject({ temperature: 0, seed: 42, n_predict: 6 })
+    const b = await (await post('/completion', { prompt: 'Once upon a time', n_predict: 3, temperature: 0.5, ignore_eos: true })).json()
+    expect(b.tokens_predicted).toBe(3)
+    expect(b.generation_settings.temperature).toBe(0.5)
+    const c = await (await post('/completion', { prompt: 'Once upon a time', n_predict: 50, ignore_eos: true })).json()
+    expect(c.generation_settings.n_predict).toBe(6)
+  })
+
+  test("/completion in llama-server's shape: tokens with return_tokens, has_new_line, stop_type, timings.cache_n; a stream adds up to the answer", async () => {
+    const body = { prompt: 'I believe the meaning of life is', n_predict: 6, ignore_eos: true }
+    const plain = await (await post('/completion', body)).json()
+    expect(plain.tokens).toEqual([])
+    expect(plain.stop_type).toBe('limit')
+    expect(typeof plain.has_new_line).toBe('boolean')
+    expect(plain.timings.prompt_n + plain.timings.cache_n).toBe(plain.tokens_evaluated)
+    const withTokens = await (await post('/completion', { ...body, return_tokens: true })).json()
+    expect(withTokens.tokens).toHaveLength(6)
+    expect(withTokens.tokens.every(Number.isInteger)).toBe(true)
+    const res = await post('/completion', { ...body, stream: true })
+    const events = (await res.text())
+      .split('\n\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)))
+    const last = events.at(-1)
+    expect(last).toMatchObject({ stop: true, content: '', stop_type: 'limit' })
+    const streamed = events.slice(0, -1)
+    expect(streamed.every((e) => e.stop === false && e.tokens.every(Number.isInteger))).toBe(true)
+    expect(streamed.map((e) => e.content).join('')).toBe(plain.content)
+    expect(streamed.flatMap((e) => e.tokens)).toEqual(withTokens.tokens)
+    expect(streamed.flatMap((e) => e.token_details.map((t) => t.id))).toEqual(withTokens.tokens)
+  })
+
+  test('POST /apply-template renders the chat without generating; add_generation_prompt and tools count', async () => {
+    const messages = [{ role: 'user', content: 'What is today?' }]
+    const withPrompt = await (await post('/apply-template', { messages })).json()
+    const without = await (await post('/apply-template', { messages, add_generation_prompt: false })).json()
+    expect(withPrompt.prompt).toContain('What is today?')
+    expect(withPrompt.prompt.startsWith(without.prompt)).toBe(true)
+    expect(withPrompt.prompt.length).toBeGreaterThan(without.prompt.length)
+    const empty = await (await post('/apply-template', { messages, tools: [] })).json()
+    expect(empty.prompt).toBe(withPrompt.prompt)
+    const tool = { type: 'function', function: { name: 'get_weather', description: 'The weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }
+    const withTools = await (await post('/apply-template', { messages, tools: [tool] })).json()
+    expect(withTools.prompt).toContain('get_weather')
+    const bad = await post('/apply-template', { messages: 'hello' })
+    expect(bad.status).toBe(400)
+    expect((await bad.json()).error.message).toMatch(/messages/)
+  })
+
+  test('system_fingerprint on every chat and completion result and chunk; the first chat chunk is the role with content null', async () => {
+    const chat = await (await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }] })).json()
+    expect(chat.system_fingerprint).toMatch(/^b/)
+    expect(chat.model).toBe('tinyllama-2')
+    const text = await (await post('/v1/completions', { prompt: 'Hi' })).json()
+    expect(text.system_fingerprint).toBe(chat.system_fingerprint)
+    const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }], stream: true })
+    const chunks = (await res.text())
+      .split('\n\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)))
+    expect(chunks.length).toBeGreaterThan(1)
+    expect(chunks[0].choices[0].delta).toEqual({ role: 'assistant', content: null })
+    for (const c of chunks) expect(c.system_fingerprint).toBe(chat.system_fingerprint)
+  })
+
+  test('logit_bias keyed by text and a prompt of ids with strings among them are tokenized, as llama-server does', async () => {
+    const tokenize = async (content) => (await (await post('/tokenize', { content })).json()).tokens
+    const ids = [...(await tokenize('Once upon')), ...(await tokenize(' a time'))]
+    const byIds = await (await post('/completion', { prompt: ids, return_tokens: true })).json()
+    const mixed = await (await post('/completion', { prompt: [...(await tokenize('Once upon')), ' a time'], return_tokens: true })).json()
+    expect(mixed.tokens).toEqual(byIds.tokens)
+    // The first token it wrote, banned by its text, in both of llama-server's shapes.
+    const first = (await (await post('/detokenize', { tokens: [byIds.tokens[0]] })).json()).content
+    for (const logit_bias of [[[first, false]], { [first]: -100 }]) {
+      const banned = await (await post('/completion', { prompt: ids, return_tokens: true, logit_bias })).json()
+      expect(banned.tokens[0]).not.toBe(byIds.tokens[0])
+    }
+  })
+
+  test('--no-slots: GET /slots is 501', async () => {
+    const res = await fetch(`${base}/slots`)
+    expect(res.status).toBe(501)
+    expect((await res.json()).error.type).toBe('not_supported_error')
+  })
+})
+
+describe('--cors-origins localhost and several API keys', () => {
+  let srv
+  let base
+  let log = ''
+  beforeAll(async () => {
+    srv = spawn(process.execPath, [CLI, 'serve', '-m', TARGET, '--port', '0', '-c', '512', '--isolation', 'none', '--cors-origins', 'localhost', '--api-key', 'first,second'], { stdio: ['ignore', 'ignore', 'pipe'] })
+    srv.stderr.on('data', (d) => (log += d))
+    expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
+    base = `http://127.0.0.1:${/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1]}`
+  })
+  afterAll(() => srv?.kill())
+
+  const preflight = (origin) => fetch(`${base}/completions`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'Authorization' } })
+
+  test('origins on this machine are echoed, others answered without the header', async () => {
+    for (const origin of ['http://localhost', 'http://localhost:8080', 'http://127.0.0.1', 'http://127.0.0.1:3000', 'http://[::1]', 'http://[::1]:3000']) {
+      const res = await preflight(origin)
+      expect(res.status).toBe(200)
+      expect(res.headers.get('access-control-allow-origin')).toBe(origin)
+    }
+    for (const origin of ['http://web.mydomain.fr', 'http://evil.com', 'http://notlocalhost', 'http://localhost.evil.com']) {
+      const res = await preflight(origin)
+      expect(res.status).toBe(200)
+      expect(res.headers.get('access-control-allow-origin')).toBeNull()
+    }
+  })
+
+  test('each of the keys opens the server; another does not', async () => {
+    for (const key of ['first', 'second']) expect((await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200)
+    const res = await fetch(`${base}/v1/models`, { headers: { authorization: 'Bearer third' } })
+    expect(res.status).toBe(401)
+    expect((await res.json()).error.type).toBe('authentication_error')
+  })
+})
