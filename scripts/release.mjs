@@ -15,6 +15,8 @@
 //               arm64 and Windows, three CPU variants each)
 //   prebuilt    npm run prebuild && npm run test:prebuilt (this platform's
 //               package, every CPU variant, installed offline)
+//   llama-server  npm run test:llama-server (llama.cpp's own server tests
+//               against serve, compared with the expected failures)
 //
 // Each step's time is printed as it ends and in the summary. The inputs of
 // each cross-platform check whose steps all passed in the run are recorded
@@ -44,6 +46,7 @@ const STEPS = [
   ['platforms', [npm('test:platforms')]],
   ['portable', [npm('test:platforms', '--', '--portable')]],
   ['prebuilt', [npm('prebuild'), npm('test:prebuilt')]],
+  ['llama-server', [npm('test:llama-server')]],
   // Not in a run of every step (`portable` covers it): the cut CI runs,
   // enough to record the cross-platform inputs after a change to them.
   ['portable-ci', [npm('test:platforms', '--', '--portable', '--ci')]],
