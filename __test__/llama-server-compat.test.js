@@ -52,6 +52,8 @@ describe("serve reads llama-server's command line", () => {
     expect(parseServe(['-hf', 'ggml-org/models', '-hff', 'tinyllamas/stories260K.gguf'], {}).load.modelPath).toBe('hf:ggml-org/models/tinyllamas/stories260K.gguf')
     expect(parseServe(['-hf', 'ggml-org/tinygemma3-GGUF:Q8_0'], {}).load.modelPath).toBe('hf:ggml-org/tinygemma3-GGUF:Q8_0')
     expect(parseServe(['-m', TARGET, '--chat-template', 'chatml'], {}).load.chatTemplate).toMatch(/<\|im_start\|>/)
+    expect(parseServe(['-m', TARGET, '--chat-template', 'llama3'], {}).load.chatTemplate).toMatch(/<\|start_header_id\|>/)
+    expect(parseServe(['-m', TARGET, '--reasoning', 'off'], {}).server.requestDefaults).toEqual({ chat_template_kwargs: { enable_thinking: false } })
     expect(parseServe(['-m', TARGET, '--chat-template', '{{ messages[0].content }}'], {}).load.chatTemplate).toBe('{{ messages[0].content }}')
     const file = path.join(__dirname, 'fixtures', 'chat-templates', 'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja')
     expect(parseServe(['-m', TARGET, '--chat-template-file', file], {}).load.chatTemplate).toMatch(/tool/)
@@ -62,7 +64,6 @@ describe("serve reads llama-server's command line", () => {
     for (const [argv, message] of [
       [['--slot-save-path', '/tmp'], /--slot-save-path: saving slots/],
       [['-ctk', 'q8_0'], /-ctk: the KV cache is F16/],
-      [['--reranking'], /--reranking: reranking is not supported/],
       [['--pooling', 'rank'], /--pooling: rank is not supported/],
       [['--no-such-flag'], /unknown option --no-such-flag/],
       [['--spec-type', 'draft-eagle3'], /--spec-type: "draft-eagle3" is not supported/],
@@ -202,10 +203,15 @@ describe("serve answers as llama-server does (a server started with llama-server
     }
   })
 
-  test('--no-slots: GET /slots is 501', async () => {
+  test('--no-slots: GET /slots is 501; so are the rerank endpoints (not built yet)', async () => {
     const res = await fetch(`${base}/slots`)
     expect(res.status).toBe(501)
     expect((await res.json()).error.type).toBe('not_supported_error')
+    for (const route of ['/rerank', '/v1/rerank', '/v1/reranking']) {
+      const r = await post(route, { query: 'q', documents: ['a'] })
+      expect([route, r.status]).toEqual([route, 501])
+      expect((await r.json()).error.message).toMatch(/reranking is not supported/)
+    }
   })
 })
 

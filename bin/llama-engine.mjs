@@ -254,6 +254,7 @@ function loadOptions(v, env) {
 // llama.cpp's built-in chat templates by name (--chat-template NAME), as Jinja.
 const BUILTIN_TEMPLATES = {
   chatml: "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+  llama3: "{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
 }
 
 function templateFile(flag, file) {

@@ -314,7 +314,7 @@ function createCore(engineOrPromise, options) {
 /**
  * The server's defaults (llama-server's --temp, --seed, -n, --spec-*…)
  * under a request's own fields: a field the request leaves out takes the
- * default; `speculative` merges field by field. `n_predict` is also a
+ * default; `speculative` and `chat_template_kwargs` merge key by key. `n_predict` is also a
  * limit, as llama-server's -n is: a request asking for more (or for no
  * limit, -1) gets the server's.
  */
@@ -322,7 +322,8 @@ function withDefaults(request, defaults) {
   if (!defaults || request === null || typeof request !== 'object') return request
   const out = { ...request }
   for (const [k, v] of Object.entries(defaults)) {
-    if (k === 'speculative' && out.speculative !== null && typeof out.speculative === 'object') out.speculative = { ...v, ...out.speculative }
+    const merge = (k === 'speculative' || k === 'chat_template_kwargs') && out[k] !== null && typeof out[k] === 'object' && !Array.isArray(out[k])
+    if (merge) out[k] = { ...v, ...out[k] }
     else if (out[k] === undefined) out[k] = v
     else if (k === 'n_predict' && v >= 0 && Number.isInteger(out[k]) && (out[k] < 0 || out[k] > v)) out[k] = v
   }

@@ -249,6 +249,11 @@ async function detokenize(ctx) {
   ctx.json(200, { content: await ctx.engine.detokenizeAsync(body.tokens ?? []) })
 }
 
+/** llama-server's rerank endpoints: not built yet, said so (501), not 404. */
+function rerank() {
+  throw new ApiError(501, 'reranking is not supported yet', { code: 'NOT_SUPPORTED', type: 'not_supported_error' })
+}
+
 module.exports = {
   systemFingerprint,
   errorBody: openaiErrorBody,
@@ -260,6 +265,9 @@ module.exports = {
     'POST /detokenize': detokenize,
     'GET /props': props,
     'GET /slots': slots,
+    'POST /rerank': rerank,
+    'POST /v1/rerank': rerank,
+    'POST /v1/reranking': rerank,
     'GET /lora-adapters': loraAdapters,
     'POST /lora-adapters': setLoraAdapters,
   },

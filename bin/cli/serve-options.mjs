@@ -61,7 +61,7 @@ export const SERVE_TABLE = [
   { key: 'portable', names: ['--portable'], kind: 'bool', group: G.model, help: "determinism 'portable': the same tokens and probabilities on every CPU (slower kernels)" },
   { key: 'pooling', names: ['--pooling'], env: 'LLAMA_ARG_POOLING', kind: 'choice', choices: ['none', 'mean', 'cls', 'last', 'rank'], arg: 'mean|cls|last', group: G.model, help: "how /v1/embeddings pools (default: the GGUF's, else mean); none and rank are not supported yet" },
   { key: 'embedding', names: ['--embedding', '--embeddings'], env: 'LLAMA_ARG_EMBEDDINGS', kind: 'bool', group: G.model, help: 'embeddings only', accepted: 'every model here serves /v1/embeddings beside generation' },
-  { key: 'reranking', names: ['--rerank', '--reranking'], env: 'LLAMA_ARG_RERANKING', kind: 'bool', group: G.model, missing: 'reranking is not supported yet' },
+  { key: 'reranking', names: ['--rerank', '--reranking'], env: 'LLAMA_ARG_RERANKING', kind: 'bool', group: G.model, help: 'the rerank endpoints', accepted: 'reranking is not supported yet: /rerank, /v1/rerank and /v1/reranking answer 501' },
 
   // Context and threads
   { key: 'ctx-size', names: ['-c', '--ctx-size'], env: 'LLAMA_ARG_CTX_SIZE', kind: 'string', arg: 'N', group: G.ctx, help: "each slot's context in tokens, capped at the model's (0: the model's); llama-server's -c is the total, which with --kv-unified each request may fill: the same limit per request", def: '4096' },
@@ -139,7 +139,9 @@ export const SERVE_TABLE = [
   { key: 'cache-type-k', names: ['-ctk', '--cache-type-k'], env: 'LLAMA_ARG_CACHE_TYPE_K', kind: 'string', arg: 'TYPE', group: G.other, missing: 'the KV cache is F16 here (quantized caches break bit-exact speculation)' },
   { key: 'cache-type-v', names: ['-ctv', '--cache-type-v'], env: 'LLAMA_ARG_CACHE_TYPE_V', kind: 'string', arg: 'TYPE', group: G.other, missing: 'the KV cache is F16 here (quantized caches break bit-exact speculation)' },
   { key: 'reasoning-format', names: ['--reasoning-format'], kind: 'string', arg: 'FORMAT', group: G.other, missing: 'a server-wide reasoning format is not supported yet (the request field reasoning_format is)' },
-  { key: 'reasoning', names: ['-rea', '--reasoning'], kind: 'string', arg: 'on|off|auto', optional: 'on', group: G.other, missing: 'a server-wide reasoning switch is not supported yet' },
+  { key: 'reasoning', names: ['-rea', '--reasoning'], env: 'LLAMA_ARG_REASONING', kind: 'choice', choices: ['on', 'off', 'auto'], arg: 'on|off|auto', optional: 'on', group: G.chat, help: "thinking in the chat: on or off is the templates' enable_thinking (the request field chat_template_kwargs' default); auto leaves it to the template", def: 'auto' },
+  { key: 'server-tools', names: ['--tools', '--tools-runtime', '--mcp-servers-config', '--mcp-servers-json'], kind: 'string', arg: 'X', group: G.other, missing: 'server-side tools and MCP servers are not supported (clients run their tools: docs/tools.md)' },
+  { key: 'agent', names: ['-ag', '--agent', '--ui-mcp-proxy', '--webui-mcp-proxy'], kind: 'bool', group: G.other, missing: "llama-server's agent mode and MCP proxy are not supported" },
   { key: 'help', names: ['-h', '--help', '--usage'], kind: 'bool', group: G.other, help: 'this help' },
 ]
 
@@ -174,6 +176,7 @@ export function serveExtras(values, given, env) {
     else defaults[row.field] = num(row.key, given, values[row.key], FIELD_KIND[row.field] === 'int' ? 'int' : 'float')
   }
   if (values['cache-prompt'] !== undefined) defaults.cache_prompt = values['cache-prompt']
+  if (values.reasoning === 'on' || values.reasoning === 'off') defaults.chat_template_kwargs = { enable_thinking: values.reasoning === 'on' }
   const spec = {}
   if (values['spec-type'] !== undefined) spec.mode = specMode(values['spec-type'])
   if (values['spec-draft-n-max'] !== undefined) spec.n_max = num('spec-draft-n-max', given, values['spec-draft-n-max'])
