@@ -399,7 +399,7 @@ test('a projector for another model, or a damaged one, is refused with its cause
 }, 120_000)
 
 test('fuzzed images and audio never crash the engine (in a child process)', async () => {
-  const n = tiers(400, 120, 16)
+  const n = tiers(400, 120, 8)
   const { wavBytes, jpegBytes } = await importEsm(path.join(ROOT, 'scripts', 'mm-fixtures.mjs'))
   const clip = path.join(tmp, 'fuzz.wav')
   fs.writeFileSync(clip, wavBytes(0.5, 16000, 9))
