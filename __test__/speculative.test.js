@@ -2,7 +2,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, tiers, user, run, releaseTest } = require('./helpers')
+const { LlamaEngine, TARGET, DRAFT, GEMMA, matrix, tiers, user, run, releaseTest, fullTest } = require('./helpers')
 
 // A request's input: a chat (rendered with the model's template) or a plain prompt.
 const ask = (text) => ({ messages: user(text) })
@@ -313,7 +313,8 @@ describe('n-gram caches', () => {
     expect(again.tokens.map((t) => t.id)).toEqual(off.tokens.map((t) => t.id))
   })
 
-  test('suffix namespaces keep agents apart; the store is saved atomically, loaded back, and refused when damaged or of another vocabulary', async () => {
+  // test:full (CI); npm test keeps the suffix drafter's copy above.
+  fullTest('suffix namespaces keep agents apart; the store is saved atomically, loaded back, and refused when damaged or of another vocabulary', async () => {
     const suffix = (input, namespace) => ({
       ...input,
       n_predict: 48,
