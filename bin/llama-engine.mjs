@@ -149,12 +149,8 @@ Ctrl-C stops the generation and prints the summary (exit code 130).
 
 export { UsageError }
 
-function number(flag, text, kind) {
-  const value = typeof text === 'string' && text.trim() !== '' ? Number(text) : NaN
-  if (!Number.isFinite(value)) throw new UsageError(`--${flag}: expected a number, got ${JSON.stringify(text)}`)
-  if (kind === 'int' && !Number.isInteger(value)) throw new UsageError(`--${flag}: expected an integer, got ${JSON.stringify(text)}`)
-  return value
-}
+/** A flag's number (`--flag`: the name without its dashes). */
+const number = (flag, text, kind) => numberOf(`--${flag}`, text, kind)
 
 /** A structured value: JSON given inline, or the JSON file it names (`--tools tools.json`). */
 function jsonOrFile(flag, text) {
