@@ -1,7 +1,7 @@
 // Public types of llama-engine. The native layer's own generated types are
 // in binding.d.ts; this file is the surface users see.
 
-export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INVALID_SESSION' | 'ENGINE_CRASHED' | 'ENGINE_RESTARTING' | 'INTERNAL'
+export type ErrorCode = 'INVALID_REQUEST' | 'MODEL_LOAD_FAILED' | 'INCOMPATIBLE_DRAFT' | 'DISPOSED' | 'INVALID_SESSION' | 'CONTEXT_EXCEEDED' | 'ENGINE_CRASHED' | 'ENGINE_RESTARTING' | 'INTERNAL'
 
 /** Every rejection and throw of the engine is an Error with one of these codes. */
 export interface LlamaEngineError extends Error {
@@ -15,6 +15,9 @@ export interface LlamaEngineError extends Error {
   field?: string
   /** For `ENGINE_RESTARTING`: when the next engine process starts, in ms from now. */
   retryAfterMs?: number
+  /** For `CONTEXT_EXCEEDED`: the prompt's tokens, and the cells of a slot's context. */
+  promptTokens?: number
+  contextSize?: number
 }
 
 /** Every error code, as the addon lists them. */
@@ -456,6 +459,16 @@ export interface CompletionRequest {
   lora?: Array<{ id: number; scale?: number }>
   /** Default true. */
   cache_prompt?: boolean
+  /**
+   * Default true: a full context shifts (a prompt longer than the context is
+   * truncated after `n_keep`; a generation that fills it drops half of what
+   * follows `n_keep` and goes on). False, as llama-server without
+   * --context-shift: such a prompt rejects with CONTEXT_EXCEEDED and such a
+   * generation ends (`stopped_limit`, `truncated`).
+   */
+  context_shift?: boolean
+  /** Default false: `progress` events while the prompt is evaluated (llama-server's `prompt_progress`). */
+  return_progress?: boolean
   speculative?: SpeculativeOptions
 }
 
@@ -469,6 +482,9 @@ export interface GeneratedToken {
   id: number
   piece: string
   source: TokenSource
+  /** With `n_probs`: this token's own probability in the distribution `probs` is the top of (0 where a constraint chose a token it gave none). */
+  prob?: number
+  /** With `n_probs`: the most probable tokens, most probable first. */
   probs?: TokenProbability[]
 }
 
@@ -547,8 +563,24 @@ export interface CompletionResult {
   stopped_tool_calls: boolean
 }
 
+/**
+ * With `return_progress`: how far the prompt is evaluated, before its first
+ * chunk (`processed` = `cache`) and after each (`processed` = `total` at the end).
+ */
+export interface ProgressEvent {
+  type: 'progress'
+  /** Prompt tokens. */
+  total: number
+  /** Of them, found in a cache (not computed). */
+  cache: number
+  /** In the context now, the cached ones included. */
+  processed: number
+  /** Since the request began. */
+  time_ms: number
+}
+
 export type DoneEvent = { type: 'done' } & CompletionResult
-export type CompletionEvent = TokenEvent | DoneEvent
+export type CompletionEvent = TokenEvent | ProgressEvent | DoneEvent
 
 export interface EngineStatus {
   /** Requests waiting for a slot. */
@@ -578,6 +610,8 @@ export interface EngineStatus {
    * one faster (a machine busy with other work, a second engine).
    */
   threadsInUse?: number
+  /** The target's decoding steps since load (one `llama_decode` each: prompt chunks, generation, verification) and the slots they served, summed (`slots / steps`: requests per step). */
+  decodes?: { steps: number; slots: number }
   vocabSize?: number
   /** How `embed()` pools (`EngineOptions.pooling`, else the GGUF's, else `mean`). */
   pooling?: 'mean' | 'cls' | 'last'

@@ -152,7 +152,8 @@ describe('chatTemplate at load', () => {
       )
       // Its own exception for what it refuses.
       const strict = await LlamaEngine.load({ modelPath: GEMMA, contextSize: 256, threads: 2, chatTemplate: GEMMA_TEMPLATE.replace("['user', 'assistant']", "['user']") })
-      await expect(strict.complete({ messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: 'y' }] })).rejects.toMatchObject({
+      // (A last assistant message would be continued, not rendered: one in the middle.)
+      await expect(strict.complete({ messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: 'y' }, { role: 'user', content: 'z' }] })).rejects.toMatchObject({
         code: 'INVALID_REQUEST',
         message: 'messages: the chat template rejected them: gemma turns are user or assistant, not assistant',
       })

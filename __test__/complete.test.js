@@ -222,6 +222,7 @@ describe('request fields', () => {
       expect(ps[0]).toBeGreaterThanOrEqual(ps[1])
       expect(ps.reduce((a, b) => a + b)).toBeLessThanOrEqual(1.0001)
       expect(t.probs[0].id).toBe(t.id) // greedy picks the most probable
+      expect(t.prob).toBe(t.probs[0].prob) // its own probability, the same number
       expect(result.completion_probabilities[i].content).toBe(t.piece)
       expect(result.completion_probabilities[i].probs[0].tok_str).toBe(t.probs[0].piece)
     }
@@ -284,6 +285,52 @@ describe('context window', () => {
     expect(result.stopped_limit).toBe(true)
     expect(result.tokens_predicted).toBeLessThan(64)
     expect(result.tokens_predicted).toBeGreaterThan(40)
+  })
+
+  test('context_shift false: a prompt that does not fit is CONTEXT_EXCEEDED with the counts; a generation that fills the context ends, truncated', async () => {
+    const prompt = Array.from({ length: 60 }, (_, i) => `w${i}`).join(' ')
+    const n = small.tokenize(prompt).length
+    await expect(small.complete({ prompt, n_predict: 4, context_shift: false })).rejects.toMatchObject({
+      code: 'CONTEXT_EXCEEDED',
+      promptTokens: n,
+      contextSize: 64,
+      message: expect.stringMatching(/exceeds the available context size/),
+    })
+    const { events, result } = await run(small, { prompt: 'Count: 1, 2, 3,', n_predict: 120, temperature: 0, ignore_eos: true, context_shift: false })
+    expect(result).toMatchObject({ stopped_limit: true, truncated: true })
+    expect(result.tokens_predicted).toBeLessThan(64)
+    // The same tokens as the shifting run, up to where it shifted.
+    const shifting = await run(small, { prompt: 'Count: 1, 2, 3,', n_predict: result.tokens_predicted, temperature: 0, ignore_eos: true })
+    expect(shifting.result.content).toBe(result.content)
+    expect(joined(events)).toBe(result.content)
+  })
+
+  test('return_progress: a progress event before the first chunk of the prompt and after each, before any token', async () => {
+    const prompt = Array.from({ length: 50 }, (_, i) => `w${i}`).join(' ')
+    const tiny = await loadTarget({ contextSize: 256, batchSize: 32, parallel: 1 })
+    try {
+      const { events, result } = await run(tiny, { prompt, n_predict: 2, temperature: 0, return_progress: true })
+      const progress = events.filter((e) => e.type === 'progress')
+      const total = result.tokens_evaluated
+      expect(progress[0]).toMatchObject({ total, cache: 0, processed: 0 })
+      expect(progress.at(-1)).toMatchObject({ total, processed: total })
+      expect(progress).toHaveLength(1 + Math.ceil(total / 32))
+      for (let i = 1; i < progress.length; i++) expect(progress[i].time_ms).toBeGreaterThanOrEqual(progress[i - 1].time_ms)
+      expect(events.findLastIndex((e) => e.type === 'progress')).toBeLessThan(events.findIndex((e) => e.type === 'token'))
+      expect(result.tokens_predicted).toBe(2)
+      // Again: the cached prefix is reported as such.
+      const again = (await run(tiny, { prompt: prompt + ' w50', n_predict: 1, temperature: 0, return_progress: true })).events.filter((e) => e.type === 'progress')
+      expect(again[0].cache).toBeGreaterThan(0)
+      expect(again[0].processed).toBe(again[0].cache)
+      // Without it: none.
+      expect((await run(tiny, { prompt, n_predict: 1, cache_prompt: false })).events.some((e) => e.type === 'progress')).toBe(false)
+      // status().decodes counts the steps and the slots they served.
+      const { steps, slots } = tiny.status().decodes
+      expect(steps).toBeGreaterThan(progress.length)
+      expect(slots).toBe(steps)
+    } finally {
+      await tiny.dispose()
+    }
   })
 })
 

@@ -89,6 +89,7 @@ test('the token sources and speculative modes of index.d.ts are the drafter tabl
 // Members index.js adds to what the addon emits, each with its reason.
 const ADDED_IN_JS = {
   TokenEvent: ['type'], // 'token', beside the 'done' event of stream()
+  ProgressEvent: ['type'], // 'progress'
   EngineStatus: ['addon', 'isolation'], // which addon file; the engine's process
 }
 

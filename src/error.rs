@@ -21,6 +21,15 @@ impl ToNapiValue for JsEngineError {
         if status != sys::Status::napi_ok {
             return Err(Error::new(Status::from(status), "cannot create an Error"));
         }
+        if let Some((prompt, context)) = val.0.context {
+            for (name, n) in [(c"promptTokens", prompt), (c"contextSize", context)] {
+                let value = unsafe { u32::to_napi_value(env, u32::try_from(n).unwrap_or(u32::MAX))? };
+                let status = unsafe { sys::napi_set_named_property(env, error, name.as_ptr(), value) };
+                if status != sys::Status::napi_ok {
+                    return Err(Error::new(Status::from(status), "cannot set an Error's property"));
+                }
+            }
+        }
         if let Some(field) = val.0.field {
             let value = unsafe { String::to_napi_value(env, field)? };
             let status = unsafe { sys::napi_set_named_property(env, error, c"field".as_ptr(), value) };

@@ -368,6 +368,7 @@ impl NativeEngine {
             "batchSize": info.n_batch,
             "threads": info.threads,
             "threadsInUse": if st.threads_in_use > 0 { st.threads_in_use } else { info.threads as usize },
+            "decodes": { "steps": st.decodes, "slots": st.decoded_slots },
             "vocabSize": info.n_vocab,
             "pooling": info.pooling.as_str(),
             "embeddingSize": info.n_embd,

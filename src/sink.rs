@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::error::JsEngineError;
 use llama_engine_core::error::EngineError;
-use llama_engine_core::text::events::{CompletionResult, EventSink, TokenEvent};
+use llama_engine_core::text::events::{CompletionResult, EventSink, PromptProgress, TokenEvent};
 
 /// What a request's callback receives: an event as JSON, or its error as a
 /// JavaScript `Error` with its `code`.
@@ -73,6 +73,10 @@ fn to_json<T: Serialize>(kind: &'static str, body: &T) -> Outgoing {
 impl EventSink for JsEventSink {
     fn token(&mut self, event: &TokenEvent) -> bool {
         self.send(to_json("token", event))
+    }
+
+    fn progress(&mut self, progress: &PromptProgress) -> bool {
+        self.send(to_json("progress", progress))
     }
 
     fn finish(mut self: Box<Self>, outcome: Result<CompletionResult, EngineError>) {

@@ -22,7 +22,13 @@ const { NativeEngine } = native.binding
 let engine = null
 const ids = new Map() // the parent's request id -> the engine's
 
-const wireError = (e) => ({ code: (e && e.code) || 'INTERNAL', message: String((e && e.message) || e), field: e && e.field })
+const wireError = (e) => ({
+  code: (e && e.code) || 'INTERNAL',
+  message: String((e && e.message) || e),
+  field: e && e.field,
+  promptTokens: e && e.promptTokens,
+  contextSize: e && e.contextSize,
+})
 
 function status() {
   return { ...engine.status(), addon: native.from, rss: process.memoryUsage.rss() }

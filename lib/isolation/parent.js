@@ -45,7 +45,10 @@ function coded(code, message, field) {
 }
 
 function fromWire(e) {
-  return coded(e && e.code ? e.code : 'INTERNAL', (e && e.message) || String(e), e ? e.field : undefined)
+  const err = coded(e && e.code ? e.code : 'INTERNAL', (e && e.message) || String(e), e ? e.field : undefined)
+  // CONTEXT_EXCEEDED's numbers.
+  for (const k of ['promptTokens', 'contextSize']) if (e && Number.isInteger(e[k])) err[k] = e[k]
+  return err
 }
 
 /** A child process running child.js, as one small interface over fork() and Electron's utilityProcess. */

@@ -189,7 +189,7 @@ impl EmbedRequest {
                     return Err(EngineError::invalid(
                         &self.field(i),
                         format!(
-                            "{} tokens; the engine embeds at most {limit} per input (its contextSize), or pass truncate: true",
+                            "too large: {} tokens; the engine embeds at most {limit} per input (its contextSize), or pass truncate: true",
                             t.len()
                         ),
                     ));

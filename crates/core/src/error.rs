@@ -10,6 +10,9 @@ pub enum ErrorCode {
     IncompatibleDraft,
     Disposed,
     InvalidSession,
+    /// A prompt longer than the context, with `context_shift: false`
+    /// (`prompt_tokens`, `context_size` say by how much).
+    ContextExceeded,
     /// The engine's process (`isolation: 'process'`) died; the request did not finish.
     EngineCrashed,
     /// The isolated engine's process is restarting after a crash and the
@@ -21,12 +24,13 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code, in documentation order: the one list the binding exports
     /// (`errorCodes()`) and `index.d.ts` and the README are checked against.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::InvalidRequest,
         ErrorCode::ModelLoadFailed,
         ErrorCode::IncompatibleDraft,
         ErrorCode::Disposed,
         ErrorCode::InvalidSession,
+        ErrorCode::ContextExceeded,
         ErrorCode::EngineCrashed,
         ErrorCode::EngineRestarting,
         ErrorCode::Internal,
@@ -40,6 +44,7 @@ impl ErrorCode {
             ErrorCode::IncompatibleDraft => "INCOMPATIBLE_DRAFT",
             ErrorCode::Disposed => "DISPOSED",
             ErrorCode::InvalidSession => "INVALID_SESSION",
+            ErrorCode::ContextExceeded => "CONTEXT_EXCEEDED",
             ErrorCode::EngineCrashed => "ENGINE_CRASHED",
             ErrorCode::EngineRestarting => "ENGINE_RESTARTING",
             ErrorCode::Internal => "INTERNAL",
@@ -56,17 +61,33 @@ pub struct EngineError {
     /// `INVALID_REQUEST`: set on the JavaScript error as `field`, so that
     /// callers (the server's `param`) never parse the message.
     pub field: Option<String>,
+    /// For `CONTEXT_EXCEEDED`: the prompt's tokens and the context's cells
+    /// (set on the JavaScript error as `promptTokens`, `contextSize`).
+    pub context: Option<(usize, usize)>,
 }
 
 impl EngineError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        EngineError { code, message: message.into(), field: None }
+        EngineError { code, message: message.into(), field: None, context: None }
     }
 
     /// A request field of the wrong type or out of range. The message starts
     /// with the field's wire name too, for people reading it.
     pub fn invalid(field: &str, why: impl fmt::Display) -> Self {
-        EngineError { code: ErrorCode::InvalidRequest, message: format!("{field}: {why}"), field: Some(field.to_string()) }
+        EngineError { code: ErrorCode::InvalidRequest, message: format!("{field}: {why}"), field: Some(field.to_string()), context: None }
+    }
+
+    /// A prompt of `prompt_tokens` that a context of `context_size` cells
+    /// cannot hold (`context_shift: false`). The message is llama-server's.
+    pub fn context_exceeded(prompt_tokens: usize, context_size: usize) -> Self {
+        EngineError {
+            code: ErrorCode::ContextExceeded,
+            message: format!(
+                "the request exceeds the available context size: the prompt takes {prompt_tokens} tokens, the context holds {context_size} (context_shift: false)"
+            ),
+            field: None,
+            context: Some((prompt_tokens, context_size)),
+        }
     }
 
     pub fn internal(message: impl Into<String>) -> Self {

@@ -115,7 +115,33 @@ impl Chat {
 /// format (calls written as it writes them; with the generic format, tool
 /// results as user turns and the tools in a system preamble) and rendered
 /// with the tools and the template's extra variables.
+///
+/// With the generation prompt, a last assistant message without calls is
+/// continued, as llama-server continues it ("prefill"): the conversation
+/// before it with the generation prompt, then its text (after its
+/// `reasoning_content` and the end of thinking, where the generation
+/// prompt opens a thinking block).
 pub fn render(chat: &Chat, messages: &[ChatMessage], options: &ChatOptions, add_generation_prompt: bool) -> Result<String> {
+    if let (true, Some((last, before))) = (add_generation_prompt, messages.split_last()) {
+        if last.role == "assistant" && !last.extra.contains_key("tool_calls") && !before.is_empty() {
+            if before.last().is_some_and(|m| m.role == "assistant") {
+                return Err(EngineError::invalid("messages", "cannot continue two or more assistant messages at the end of the list"));
+            }
+            let mut text = render_turns(chat, before, options, true)?;
+            if let Some(m) = chat.format.reasoning.as_ref() {
+                if reasoning_start(&text, Some(m)) == ReasoningStart::Open {
+                    text.push_str(last.extra.get("reasoning_content").and_then(Value::as_str).unwrap_or(""));
+                    text.push_str(&m.end);
+                }
+            }
+            text.push_str(last.content.as_deref().unwrap_or(""));
+            return Ok(text);
+        }
+    }
+    render_turns(chat, messages, options, add_generation_prompt)
+}
+
+fn render_turns(chat: &Chat, messages: &[ChatMessage], options: &ChatOptions, add_generation_prompt: bool) -> Result<String> {
     let syntax = &chat.format.tools;
     let messages: Vec<Value> = messages.iter().map(ChatMessage::to_json).collect();
     let mut prepared = prepare_messages(&messages, syntax, if options.calls_tools() { &options.tools } else { &[] });

@@ -103,6 +103,9 @@ pub struct Status {
     pub tokens_cached: usize,
     pub prompt_cache: CacheStats,
     pub threads_in_use: usize,
+    /// The target's decoding steps so far, and the slots they served (summed).
+    pub decodes: u64,
+    pub decoded_slots: u64,
     pub slots: Vec<shared::SlotStatus>,
 }
 
@@ -347,7 +350,7 @@ impl Engine {
                         return Err(EngineError::invalid(
                             &at,
                             format!(
-                                "{} tokens with its media; the engine embeds at most {} per input (its contextSize)",
+                                "too large: {} tokens with its media; the engine embeds at most {} per input (its contextSize)",
                                 prompt.tokens.len(),
                                 self.info.n_ctx
                             ),
@@ -408,6 +411,8 @@ impl Engine {
             tokens_cached: published.tokens_cached,
             prompt_cache: published.prompt_cache,
             threads_in_use: published.threads_in_use,
+            decodes: published.decodes,
+            decoded_slots: published.decoded_slots,
             slots: published.slots,
         }
     }

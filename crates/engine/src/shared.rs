@@ -84,6 +84,9 @@ pub struct Published {
     pub prompt_cache: CacheStats,
     /// Threads a step computes with now (`core::threads`).
     pub threads_in_use: usize,
+    /// The target's decoding steps so far, and the slots they served (summed).
+    pub decodes: u64,
+    pub decoded_slots: u64,
     /// Each slot, in order.
     pub slots: Vec<SlotStatus>,
 }

@@ -30,7 +30,8 @@ use llama_engine_core::speculation::drafter::{Draft, DrafterChain};
 use llama_engine_core::speculation::registry::DRAFTERS;
 use llama_engine_core::speculation::verify::verify_draft;
 use llama_engine_core::text::events::{
-    CompletionResult, EventSink, ResultFunction, ResultToolCall, SpeculativeStats, Timings, TokenEvent, TokenOut, TokenProb, TokenSource,
+    CompletionResult, EventSink, PromptProgress, ResultFunction, ResultToolCall, SpeculativeStats, Timings, TokenEvent, TokenOut,
+    TokenProb, TokenSource,
 };
 use llama_engine_core::text::stream::TextStream;
 
@@ -253,6 +254,8 @@ pub struct Request<'m> {
     media_decode_ms: f64,
     /// Where its tokens sit (`media::Positions`).
     positions: crate::media::Positions,
+    /// The first progress event was sent (`return_progress`).
+    progress_begun: bool,
 }
 
 impl<'m> Request<'m> {
@@ -302,6 +305,7 @@ impl<'m> Request<'m> {
             media_decode_ms: 0.0,
             positions: crate::media::positions_of(&prompt.media),
             prompt,
+            progress_begun: false,
         }
     }
 
@@ -376,6 +380,20 @@ impl<'m> Request<'m> {
         self.cancel.load(Ordering::Relaxed) && self.save.is_none()
     }
 
+    /// With `return_progress`: how far its prompt is evaluated, `processed`
+    /// tokens (the cached ones included) in its cells. The first report
+    /// (before any chunk is decoded) is sent once, whatever `processed`.
+    pub fn report_progress(&mut self, processed: usize, first: bool) {
+        if !self.req.return_progress || (first && self.progress_begun) {
+            return;
+        }
+        self.progress_begun = true;
+        let progress = PromptProgress { total: self.prompt.tokens.len(), cache: self.tokens_cached, processed, time_ms: ms(self.started) };
+        if !self.sink.progress(&progress) {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// The prompt tokens found ready (in its slot, another slot or the
     /// prompt cache) once it is placed.
     pub fn set_reused(&mut self, n: usize) {
@@ -399,6 +417,11 @@ impl<'m> Request<'m> {
 
     /// With `n_predict = -1` generation ends when the context is full; with
     /// a budget the context is shifted and generation goes on.
+    /// Whether a full context shifts (`context_shift`).
+    pub fn shifts_context(&self) -> bool {
+        self.req.context_shift
+    }
+
     pub fn ends_at_full_context(&self) -> bool {
         self.req.n_predict < 0
     }
@@ -543,10 +566,11 @@ impl<'m> Request<'m> {
             let piece = vocab.token_to_piece(token, self.markers.contains(&token.0), None);
             let pushed = self.text.push(&piece);
             self.read(&pushed.text, &mut delta);
-            let mut t = TokenOut { id: token.0, piece: String::from_utf8_lossy(&piece).into_owned(), source, probs: None };
+            let mut t = TokenOut { id: token.0, piece: String::from_utf8_lossy(&piece).into_owned(), source, prob: None, probs: None };
             if let (true, Some(d)) = (self.wants_dist(), dist.as_ref()) {
                 let probs = top_probs(model, d, self.req.n_probs);
                 self.probs_out.push(legacy_probs(&t.piece, &probs));
+                t.prob = Some(d.prob_of(token.0));
                 t.probs = Some(probs);
             }
             out.push(t);

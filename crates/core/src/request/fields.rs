@@ -169,6 +169,18 @@ pub const JSON_SCHEMA: Field =
     Field::new("json_schema", Kind::Other("object | boolean | string"), "", "a JSON schema the output must match");
 pub const CACHE_PROMPT: Field =
     Field::new("cache_prompt", Kind::Bool, "true", "reuse the KV cache for the longest common prefix with earlier requests");
+pub const CONTEXT_SHIFT: Field = Field::new(
+    "context_shift",
+    Kind::Bool,
+    "true",
+    "a full context shifts (a long prompt is truncated); false: such a prompt is refused (CONTEXT_EXCEEDED) and such a generation ends",
+);
+pub const RETURN_PROGRESS: Field = Field::new(
+    "return_progress",
+    Kind::Bool,
+    "false",
+    "a progress event as the prompt is evaluated: { total, cache, processed, time_ms } before the first chunk and after each",
+);
 pub const IGNORE_EOS: Field = Field::new("ignore_eos", Kind::Bool, "false", "keep generating past end-of-generation tokens");
 pub const TEMPERATURE: Field = Field::new("temperature", Kind::Float { min: -INF, max: INF }, "0.8", "<= 0 is greedy");
 pub const TOP_K: Field = Field::new("top_k", Kind::Int { min: I32_MIN, max: I32_MAX }, "40", "top-k sampling (<= 0 disables)");
@@ -321,6 +333,8 @@ pub const REQUEST_FIELDS: &[Field] = &[
     REASONING_BUDGET,
     LORA,
     CACHE_PROMPT,
+    CONTEXT_SHIFT,
+    RETURN_PROGRESS,
     SPECULATIVE,
 ];
 

@@ -173,6 +173,11 @@ pub struct CompletionRequest {
     /// Tools, response format, reasoning and template variables (chat requests).
     pub chat: ChatOptions,
     pub cache_prompt: bool,
+    /// A full context shifts (legacy); false: a prompt that does not fit is
+    /// refused and a generation that fills it ends.
+    pub context_shift: bool,
+    /// Progress events while the prompt is evaluated.
+    pub return_progress: bool,
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
     pub speculative: SpeculativeParams,
@@ -220,6 +225,8 @@ impl Default for CompletionRequest {
             json_schema: None,
             chat: ChatOptions::default(),
             cache_prompt: true,
+            context_shift: true,
+            return_progress: false,
             ignore_eos: false,
             sampling: SamplingParams::default(),
             speculative: SpeculativeParams::default(),
@@ -280,6 +287,8 @@ impl CompletionRequest {
             ("grammar", self.grammar.as_deref().unwrap_or("").into()),
             ("json_schema", json_schema),
             ("cache_prompt", self.cache_prompt.into()),
+            ("context_shift", self.context_shift.into()),
+            ("return_progress", self.return_progress.into()),
             ("tool_choice", self.chat.tool_choice.to_json()),
             ("parallel_tool_calls", self.chat.parallel_tool_calls.into()),
             ("reasoning_format", self.chat.reasoning_format.as_str().into()),

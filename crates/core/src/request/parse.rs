@@ -85,6 +85,8 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         json_schema,
         chat,
         cache_prompt: f.bool(&CACHE_PROMPT)?.unwrap_or(d.cache_prompt),
+        context_shift: f.bool(&CONTEXT_SHIFT)?.unwrap_or(d.context_shift),
+        return_progress: f.bool(&RETURN_PROGRESS)?.unwrap_or(d.return_progress),
         ignore_eos: f.bool(&IGNORE_EOS)?.unwrap_or(d.ignore_eos),
         sampling: parse_sampling(&f, limits)?,
         speculative: parse_speculative(f.get(&SPECULATIVE))?,

@@ -429,6 +429,8 @@ fn generation_settings_shape() {
     assert_eq!(gs["grammar"], "");
     assert_eq!(gs["json_schema"], json!({ "type": "string" }));
     assert_eq!(gs["cache_prompt"], true);
+    assert_eq!(gs["context_shift"], true);
+    assert_eq!(gs["return_progress"], false);
     assert_eq!(
         gs["speculative"],
         json!({ "mode": "ngram", "n_max": 16, "n_min": 0, "p_min": 0.6, "adaptive": true,
@@ -439,7 +441,7 @@ fn generation_settings_shape() {
     assert_eq!(gs["reasoning_format"], "auto");
     assert_eq!(gs["reasoning_budget"], -1);
     assert_eq!(gs["lora"], Value::Null);
-    assert_eq!(gs.as_object().unwrap().len(), 31);
+    assert_eq!(gs.as_object().unwrap().len(), 33);
 
     let gs = ok(json!({ "prompt": "x", "grammar": "root ::= \"a\"" })).generation_settings(1, "m");
     assert_eq!(gs["seed"], -1);

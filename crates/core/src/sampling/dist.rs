@@ -113,6 +113,11 @@ impl Dist {
         best.map(|(id, _)| id)
     }
 
+    /// The probability of `id` (0 when the distribution does not hold it).
+    pub fn prob_of(&self, id: i32) -> f32 {
+        self.ids.iter().position(|&i| i == id).map_or(0.0, |i| self.probs[i])
+    }
+
     /// The `n` most probable entries, descending by probability (ties:
     /// lower position first).
     pub fn top(&self, n: usize) -> Vec<(i32, f32)> {
@@ -150,9 +155,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Probability of `id`; 0 when absent.
     fn prob(x: &Dist, id: i32) -> f32 {
-        x.ids.iter().position(|&t| t == id).map_or(0.0, |i| x.probs[i])
+        x.prob_of(id)
     }
 
     fn total(x: &Dist) -> f64 {

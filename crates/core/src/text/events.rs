@@ -31,8 +31,24 @@ pub struct TokenOut {
     pub id: i32,
     pub piece: String,
     pub source: TokenSource,
+    /// With `n_probs`: this token's own probability in the distribution it
+    /// was chosen from (the same as `probs`' entries; 0 when a constraint
+    /// chose a token the distribution gave none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prob: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probs: Option<Vec<TokenProb>>,
+}
+
+/// How far a request's prompt is evaluated (`return_progress`): its
+/// tokens, those found in the cache, those in the cache now (cached ones
+/// included), and the ms since the request began.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptProgress {
+    pub total: usize,
+    pub cache: usize,
+    pub processed: usize,
+    pub time_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -168,7 +184,7 @@ pub struct ResultFunction {
 /// and the docs test holds `index.d.ts` to it.
 pub fn wire_shapes() -> Value {
     let prob = TokenProb { id: 1, piece: "a".into(), prob: 1.0 };
-    let token = TokenOut { id: 1, piece: "a".into(), source: TokenSource::TARGET, probs: Some(vec![prob.clone()]) };
+    let token = TokenOut { id: 1, piece: "a".into(), source: TokenSource::TARGET, prob: Some(1.0), probs: Some(vec![prob.clone()]) };
     let delta = ToolCallDelta { index: 0, id: Some("call_0".into()), name: Some("f".into()), arguments: Some("{}".into()) };
     let event = TokenEvent {
         content: "a".into(),
@@ -225,6 +241,7 @@ pub fn wire_shapes() -> Value {
         "Timings": keys(&timings),
         "SpeculativeStats": keys(&speculative),
         "ToolCall": keys(&call),
+        "ProgressEvent": keys(&PromptProgress { total: 1, cache: 0, processed: 1, time_ms: 1.0 }),
     })
 }
 
@@ -234,6 +251,11 @@ pub trait EventSink: Send {
     /// One decoding step. Returns false when the receiver is gone, so the
     /// engine can stop generating for nobody.
     fn token(&mut self, event: &TokenEvent) -> bool;
+    /// How far the prompt is evaluated (requests with `return_progress`).
+    /// Returns false when the receiver is gone.
+    fn progress(&mut self, _progress: &PromptProgress) -> bool {
+        true
+    }
     /// The request is over; called exactly once, after the last `token`.
     fn finish(self: Box<Self>, outcome: Result<CompletionResult, EngineError>);
     /// A job that is not a completion (saving or loading a session) is

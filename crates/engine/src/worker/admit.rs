@@ -185,6 +185,10 @@ impl<'m> Worker<'m> {
                 format!("the prompt with its images and audio takes {n_given} tokens; the context holds {}", self.n_ctx),
             ));
         }
+        // llama-server's rule without context shift: the prompt and one token to generate.
+        if !req.context_shift && n_given >= self.n_ctx {
+            return Err(EngineError::context_exceeded(n_given, self.n_ctx));
+        }
         let n_keep = prompt::effective_n_keep(req.n_keep, n_given, self.n_ctx);
         let truncated = prompt::truncate_prompt(&mut tokens, n_keep, self.n_ctx);
         if truncated {

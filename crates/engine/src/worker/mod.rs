@@ -130,6 +130,10 @@ pub struct Worker<'m> {
     /// thread, and the target context's pointer its decodes take.
     pub projector: Option<Arc<super::media::Projector>>,
     raw_ctx: *mut llama_cpp_sys_2::llama_context,
+    /// The target's decoding steps (one `llama_decode` each) and the slots
+    /// they served, summed (`status().decodes`, llama-server's metrics).
+    decodes: u64,
+    decoded_slots: u64,
 }
 
 impl<'m> Worker<'m> {
@@ -198,6 +202,8 @@ impl<'m> Worker<'m> {
             loras,
             projector,
             raw_ctx,
+            decodes: 0,
+            decoded_slots: 0,
         };
         // A cap left on this thread (none is, a thread per engine) would skew the costs.
         set_thread_cap(0);
@@ -328,6 +334,8 @@ impl<'m> Worker<'m> {
             tokens_cached: self.slots.iter().map(|s| s.cached.len()).sum(),
             prompt_cache: self.prompt_cache.stats(),
             threads_in_use: self.threads.threads(),
+            decodes: self.decodes,
+            decoded_slots: self.decoded_slots,
             slots: self
                 .slots
                 .iter()

@@ -59,12 +59,25 @@ impl Worker<'_> {
         if plan.is_empty() {
             return Ok(());
         }
+        // Progress (`return_progress`): where each prompt starts, before its first chunk.
+        for part in plan.iter().filter(|p| p.draft.is_none()) {
+            let slot = &mut self.slots[part.slot];
+            if slot.is_generating() {
+                continue;
+            }
+            let processed = slot.cached.len();
+            if let Some(r) = slot.request.as_mut() {
+                r.report_progress(processed, true);
+            }
+        }
         self.build(&mut plan)?;
         self.apply_threads(self.batch.n_tokens() as usize);
         self.apply_loras()?;
         let t = Instant::now();
         self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("llama_decode failed: {e}")))?;
         let step_ms = ms(t);
+        self.decodes += 1;
+        self.decoded_slots += plan.len() as u64;
         // The decode applied every pending copy between streams.
         for slot in &mut self.slots {
             slot.copy_pending = false;
@@ -94,7 +107,13 @@ impl Worker<'_> {
                 continue;
             }
             if slot.is_generating() && slot.cached.len() + 1 >= self.n_ctx {
-                if r.ends_at_full_context() || r.has_media() {
+                if !r.shifts_context() {
+                    // As llama-server without context shift: the answer is cut.
+                    if let Some(r) = self.slots[i].request.as_mut() {
+                        r.mark_truncated();
+                    }
+                    self.finish(i, Stop::Limit);
+                } else if r.ends_at_full_context() || r.has_media() {
                     self.finish(i, Stop::Limit);
                 } else {
                     self.shift_context(i)?;
@@ -326,6 +345,7 @@ impl Worker<'_> {
         let tokens: Vec<StepToken>;
         let (mut drafted, mut accepted) = (0, 0);
         if !generating {
+            r.report_progress(slot.cached.len(), false);
             if !part.completes_prompt {
                 return Ok(());
             }
