@@ -352,6 +352,30 @@ test('a value closed without its line break is read as closed (qwen3-coder, glm)
   }
 })
 
+// Forced, SmolLM2 used to leave a qwen3-coder value unclosed and write
+// "</function></tool_call>" and two more calls into it (only </parameter>
+// ended a value): a value now holds no closing tag of its call.
+test('a forced qwen3-coder call: no value swallows the end of its call or the calls after it', async () => {
+  const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 1024, parallel: 1, chatTemplate: template('Qwen3-Coder.jinja') })
+  try {
+    const r = await engine.complete({
+      messages: [{ role: 'user', content: 'Weather for the city of Lyon?' }],
+      tools: [weatherTool],
+      tool_choice: 'required',
+      temperature: 0,
+      n_predict: 200,
+    })
+    expect(r.tool_calls.length).toBeGreaterThan(0)
+    for (const call of r.tool_calls) {
+      expect(call.function.name).toBe('get_weather')
+      const { city } = JSON.parse(call.function.arguments)
+      expect(city).not.toMatch(/<\/(function|tool_call|parameter)>|<tool_call>/)
+    }
+  } finally {
+    await engine.dispose()
+  }
+})
+
 // The grammar drafter on families that are not Hermes: what their call
 // grammar forces is drafted, and the output is plain decoding's, token for
 // token and probability for probability.

@@ -406,6 +406,23 @@ pub fn value_closers(gbnf: &str) -> Vec<ValueCloser> {
     out
 }
 
+/// The closing tags (`</name>`) in `text`.
+fn closing_tags(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("</") {
+        let tail = &rest[i..];
+        match tail[2..].find(|c: char| c == '>' || c == '<' || c.is_whitespace()) {
+            Some(j) if j > 0 && tail.as_bytes()[2 + j] == b'>' => {
+                out.push(tail[..3 + j].to_string());
+                rest = &tail[3 + j..];
+            }
+            _ => rest = &tail[2..],
+        }
+    }
+    out
+}
+
 fn lark_name(name: &str) -> String {
     format!("g_{}", name.to_ascii_lowercase().replace('-', "_"))
 }
@@ -423,6 +440,11 @@ struct Emitter<'a> {
     lazies: BTreeMap<String, String>,
     /// Every text a literal holds (between its special tokens).
     texts: BTreeSet<String>,
+    /// The closing tags those texts hold (`</function>`, `</tool_call>`):
+    /// free text never holds one but the delimiter it ends with, so a value
+    /// the model leaves unclosed cannot swallow the end of its call and the
+    /// calls after it.
+    closers: BTreeSet<String>,
 }
 
 impl Emitter<'_> {
@@ -525,7 +547,12 @@ impl Emitter<'_> {
             }
             Node::TextThen(d) => {
                 let name = format!("text_then_{}", self.lazies.len());
-                let body = format!("/(?s:.*){}/", d.chars().map(regex_char).collect::<String>());
+                let regex = |s: &str| s.chars().map(regex_char).collect::<String>();
+                let mut body = format!("/(?s:.*){}/", regex(d));
+                let others: Vec<String> = self.closers.iter().filter(|c| !d.contains(c.as_str())).map(|c| regex(c)).collect();
+                if !others.is_empty() {
+                    body.push_str(&format!(" & ~/(?s:.*)({})(?s:.*)/", others.join("|")));
+                }
                 self.lazies.entry(body).or_insert(name).clone()
             }
             Node::Text => "CALL_FREE_TEXT".into(),
@@ -572,7 +599,7 @@ pub fn call_grammar(gbnf: &str, special: &dyn Fn(&str) -> Option<u32>) -> Result
         }
         converted.insert(name, alts);
     }
-    let mut emitter = Emitter { special, lazies: BTreeMap::new(), texts: BTreeSet::new() };
+    let mut emitter = Emitter { special, lazies: BTreeMap::new(), texts: BTreeSet::new(), closers: BTreeSet::new() };
     fn literals<'n>(node: &'n Node, out: &mut Vec<&'n str>) {
         match node {
             Node::Lit(s) => out.push(s),
@@ -584,6 +611,7 @@ pub fn call_grammar(gbnf: &str, special: &dyn Fn(&str) -> Option<u32>) -> Result
     let mut all = Vec::new();
     converted.values().flatten().flatten().for_each(|n| literals(n, &mut all));
     let texts: BTreeSet<String> = all.iter().flat_map(|l| emitter.parts(l)).filter_map(|p| p.ok()).filter(|t| !t.is_empty()).collect();
+    emitter.closers = texts.iter().flat_map(|t| closing_tags(t)).collect();
     emitter.texts = texts;
     let mut out = String::from("start: g_root\n");
     for (name, alts) in &converted {
@@ -673,6 +701,20 @@ mod tests {
         let lark = call_grammar(&gbnf, &toy_special).unwrap();
         let run_on = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value></tool_call>x</arg_value>\n</tool_call>";
         assert!(!accepts(&lark, &prompt, run_on), "{lark}");
+    }
+
+    #[test]
+    fn an_unclosed_value_cannot_swallow_the_end_of_its_call() {
+        // Qwen3-Coder on SmolLM2, forced: "Lyon</function></tool_call>" and
+        // two more calls became one string value, ended by a </parameter>
+        // much later. A value holds no closing tag of the call's.
+        assert_eq!(closing_tags("a</x> </y>\n<z></ bad></w"), vec!["</x>", "</y>"]);
+        let (gbnf, prompt) = fixture("Qwen3-Coder");
+        let lark = call_grammar(&gbnf, &toy_special).unwrap();
+        let swallowed = "<tool_call>\n<function=get_weather>\n<parameter=city>\nLyon</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
+        assert!(!accepts(&lark, &prompt, swallowed), "{lark}");
+        let closed = "<tool_call>\n<function=get_weather>\n<parameter=city>\nLyon\n</parameter>\n</function>\n</tool_call>";
+        assert!(accepts(&lark, &prompt, closed), "{lark}");
     }
 
     #[test]
