@@ -183,6 +183,26 @@ full('pinned and idle models', () => {
     }
   })
 
+  test('room for one, one loaded and idle, two requests at once for the two others: both answered, in turn', async () => {
+    // Each load used to unload the other as it finished, before its request
+    // held it: both showed "loading" for as long as the clients waited.
+    // (Sizes given: both loads go for room at once, no estimate between.)
+    const server = createServer({ models: MODELS.map((m) => ({ ...m, bytes: 1 })), modelsMax: 1, engineOptions: ENGINE, signals: false })
+    const base = await listen(server)
+    try {
+      expect((await post(`${base}/tokenize`, { model: 'smol', content: 'hello' })).status).toBe(200)
+      const [a, b] = await Promise.all(['gemma', 'smol8'].map((name) => post(`${base}/tokenize`, { model: name, content: 'hello' })))
+      expect([a.status, b.status]).toEqual([200, 200])
+      // Each model's own tokens (gemma's vocabulary is not SmolLM2's).
+      const [ta, tb] = [(await a.json()).tokens, (await b.json()).tokens]
+      expect(ta.length).toBeGreaterThan(0)
+      expect(ta).not.toEqual(tb)
+      expect(server.router.lanes()).toHaveLength(1)
+    } finally {
+      await close(server)
+    }
+  })
+
   test('--idle-unload: a model no request used for that long is unloaded', async () => {
     const server = createServer({ models: MODELS.slice(0, 1), idleUnloadMs: 1000, engineOptions: ENGINE, signals: false })
     const base = await listen(server)

@@ -30,7 +30,7 @@ class Router {
     for (const m of models) {
       if (!m || typeof m.name !== 'string' || m.name === '') throw new TypeError('models: each needs a name')
       if (this.#entries.has(m.name)) throw new TypeError(`models: ${JSON.stringify(m.name)} is named twice`)
-      this.#entries.set(m.name, { ...m, pinned: m.pinned === true, state: 'unloaded', admitted: false, lane: null, bytes: Number.isFinite(m.bytes) ? m.bytes : null, error: null, loading: null, timer: null })
+      this.#entries.set(m.name, { ...m, pinned: m.pinned === true, state: 'unloaded', admitted: false, wanted: 0, lane: null, bytes: Number.isFinite(m.bytes) ? m.bytes : null, error: null, loading: null, timer: null })
     }
     Object.assign(this, { modelsMax, memoryMax, idleUnloadMs, maxQueue, graceMs, metrics, loadEngine: load, estimate })
     for (const e of this.#entries.values()) if (e.pinned) this.#ensureLoaded(e).catch(() => {})
@@ -94,27 +94,37 @@ class Router {
   async acquire(name, signal) {
     const entry = this.#entry(name)
     if (this.#closed) throw closing()
-    while (entry.state !== 'loaded') {
-      if (this.#closed) throw closing()
-      if (this.waiting >= this.maxQueue) {
-        throw new ApiError(429, `the server is busy: ${this.waiting} requests are waiting for models to load (maxQueue ${this.maxQueue})`, {
-          type: 'rate_limit_error',
-          code: 'QUEUE_FULL',
-          headers: { 'Retry-After': '5' },
-        })
+    // Wanted: a model loaded for waiting requests is not unloaded to make
+    // room for another before they hold it (two loads would otherwise
+    // evict each other as each finished, and neither request be answered).
+    entry.wanted++
+    try {
+      while (entry.state !== 'loaded') {
+        if (this.#closed) throw closing()
+        if (this.waiting >= this.maxQueue) {
+          throw new ApiError(429, `the server is busy: ${this.waiting} requests are waiting for models to load (maxQueue ${this.maxQueue})`, {
+            type: 'rate_limit_error',
+            code: 'QUEUE_FULL',
+            headers: { 'Retry-After': '5' },
+          })
+        }
+        this.waiting++
+        try {
+          await withSignal(this.#ensureLoaded(entry), signal)
+        } finally {
+          this.waiting--
+        }
       }
-      this.waiting++
-      try {
-        await withSignal(this.#ensureLoaded(entry), signal)
-      } finally {
-        this.waiting--
-      }
+      const lane = entry.lane
+      lane.holds++
+      lane.lastUsed = Date.now()
+      clearTimeout(entry.timer)
+      return lane
+    } finally {
+      entry.wanted--
+      // No longer wanted (held, failed or gone): a load waiting for room may take it.
+      this.#wake()
     }
-    const lane = entry.lane
-    lane.holds++
-    lane.lastUsed = Date.now()
-    clearTimeout(entry.timer)
-    return lane
   }
 
   /** Gives back what `acquire` held; an idle model may then be unloaded. */
@@ -223,7 +233,9 @@ class Router {
           { type: 'server_error', code: 'MODEL_DOES_NOT_FIT' },
         )
       }
-      const idle = others.filter((e) => e.state === 'loaded' && !e.pinned && e.lane.holds === 0).sort((a, b) => a.lane.lastUsed - b.lane.lastUsed)
+      const idle = others
+        .filter((e) => e.state === 'loaded' && !e.pinned && e.lane.holds === 0 && e.wanted === 0)
+        .sort((a, b) => a.lane.lastUsed - b.lane.lastUsed)
       if (idle.length > 0) {
         await this.#unload(idle[0], 0)
         continue
