@@ -29,7 +29,7 @@ const RUNS = tiers(3, 1, 1)
 // test:full and test:release (npm test leaves the abuse to CI: hostile.test.js
 // keeps hostile bodies and schemas in the quick cut).
 fullTest(`the hostile suite ${RUNS === 3 ? 'three times' : 'once'}: no 5xx, the server answers${RUNS === 3 ? ', memory settles' : ''}`, async () => {
-  const srv = spawn(process.execPath, [CLI, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '2048', '--isolation', 'none'], {
+  const srv = spawn(process.execPath, [CLI, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '2048', '--isolation', 'none', '--metrics'], {
     stdio: ['ignore', 'ignore', 'pipe'],
   })
   let log = ''

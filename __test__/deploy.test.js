@@ -45,6 +45,8 @@ test('Deployments: serve arguments the CLI accepts, probes on /health at the ser
     for (const a of c.args) expect(typeof a).toBe('string')
     const cli = parseServe(c.args.slice(1), {})
     expect(cli.listen.host).toBe('0.0.0.0')
+    // The gateway's Endpoint Picker reads /metrics (501 without --metrics).
+    expect(cli.server.metrics).toBe(true)
     const port = c.ports.find((p) => p.name === 'http')
     expect(port.containerPort).toBe(cli.listen.port)
     for (const probe of ['readinessProbe', 'livenessProbe', 'startupProbe']) {

@@ -28,7 +28,7 @@ describe("serve reads llama-server's command line", () => {
       slots: false,
       cors: 'localhost',
       apiKey: ['a', 'b'],
-      requestDefaults: { temperature: 0.8, seed: 42, n_predict: 64, speculative: { mode: 'ngram', n_max: 8 } },
+      requestDefaults: { temperature: 0.8, seed: 42, n_predict: 64, speculative: { mode: 'ngram', n_max: 8 }, context_shift: false },
     })
   })
 
@@ -36,7 +36,12 @@ describe("serve reads llama-server's command line", () => {
     const { parseServe } = await cli()
     const { load, server } = parseServe(['-m', TARGET, '-np', '3', '-ub', '256', '-b', '128', '-c', '1024', '-n', '-1', '-s', '-1', '-ngl', '0', '--top-k=5', '-fa', '--cache-ram', '0', '-md', TARGET], {})
     expect(load).toMatchObject({ parallel: 3, batchSize: 128, contextSize: 1024, gpuLayers: 0, promptCacheMB: 0, draftModelPath: TARGET })
-    expect(server.requestDefaults).toEqual({ n_predict: -1, seed: -1, top_k: 5 })
+    expect(server.requestDefaults).toEqual({ n_predict: -1, seed: -1, top_k: 5, context_shift: false })
+    // As llama-server: no context shift unless asked; /metrics and __verbose only when asked.
+    expect(server).toMatchObject({ metrics: false })
+    expect(server.verbose).toBeUndefined()
+    const on = parseServe(['-m', TARGET, '--context-shift', '--metrics', '--verbose', '--alias', 'tinyllama-2,fim,code', '--tags', 'chat,fim,small'], {}).server
+    expect(on).toMatchObject({ metrics: true, verbose: true, requestDefaults: { context_shift: true }, modelName: 'code', modelAliases: ['code', 'fim', 'tinyllama-2'], modelTags: ['chat', 'fim', 'small'] })
   })
 
   test('environment variables fill what the command line leaves out', async () => {
@@ -53,7 +58,7 @@ describe("serve reads llama-server's command line", () => {
     expect(parseServe(['-hf', 'ggml-org/tinygemma3-GGUF:Q8_0'], {}).load.modelPath).toBe('hf:ggml-org/tinygemma3-GGUF:Q8_0')
     expect(parseServe(['-m', TARGET, '--chat-template', 'chatml'], {}).load.chatTemplate).toMatch(/<\|im_start\|>/)
     expect(parseServe(['-m', TARGET, '--chat-template', 'llama3'], {}).load.chatTemplate).toMatch(/<\|start_header_id\|>/)
-    expect(parseServe(['-m', TARGET, '--reasoning', 'off'], {}).server.requestDefaults).toEqual({ chat_template_kwargs: { enable_thinking: false } })
+    expect(parseServe(['-m', TARGET, '--reasoning', 'off'], {}).server.requestDefaults).toEqual({ chat_template_kwargs: { enable_thinking: false }, context_shift: false })
     expect(parseServe(['-m', TARGET, '--chat-template', '{{ messages[0].content }}'], {}).load.chatTemplate).toBe('{{ messages[0].content }}')
     const file = path.join(__dirname, 'fixtures', 'chat-templates', 'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja')
     expect(parseServe(['-m', TARGET, '--chat-template-file', file], {}).load.chatTemplate).toMatch(/tool/)
@@ -96,7 +101,7 @@ describe("serve answers as llama-server does (a server started with llama-server
   let base
   let log = ''
   beforeAll(async () => {
-    srv = spawn(process.execPath, [CLI, 'serve', '-m', TARGET, '--port', '0', '-c', '1024', '-np', '2', '--temp', '0', '--seed', '42', '-n', '6', '--no-slots', '--alias', 'tinyllama-2', '--isolation', 'none', '--no-jinja', '-fa', 'off'], {
+    srv = spawn(process.execPath, [CLI, 'serve', '-m', TARGET, '--port', '0', '-c', '1024', '-np', '2', '-b', '64', '--temp', '0', '--seed', '42', '-n', '6', '--no-slots', '--alias', 'tinyllama-2', '--tags', 'chat,small', '--metrics', '--isolation', 'none', '--no-jinja', '-fa', 'off'], {
       stdio: ['ignore', 'ignore', 'pipe'],
     })
     srv.stderr.on('data', (d) => (log += d))
@@ -154,6 +159,9 @@ describe("serve answers as llama-server does (a server started with llama-server
     expect(streamed.map((e) => e.content).join('')).toBe(plain.content)
     expect(streamed.flatMap((e) => e.tokens)).toEqual(withTokens.tokens)
     expect(streamed.flatMap((e) => e.token_details.map((t) => t.id))).toEqual(withTokens.tokens)
+    // response_fields: only those, a nested one by its path.
+    const picked = await (await post('/completion', { ...body, response_fields: ['content', 'generation_settings/n_predict', 'prompt'] })).json()
+    expect(picked).toEqual({ content: plain.content, 'generation_settings/n_predict': 6, prompt: body.prompt })
   })
 
   test('POST /apply-template renders the chat without generating; add_generation_prompt and tools count', async () => {
@@ -203,6 +211,160 @@ describe("serve answers as llama-server does (a server started with llama-server
     }
   })
 
+  const events = async (res) =>
+    (await res.text())
+      .split('\n\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)))
+
+  test("n_probs in llama-server's shape: the token's own logprob (or prob) and its top list, streamed and not", async () => {
+    const body = { prompt: 'I believe the meaning of life is', n_probs: 10, temperature: 0, n_predict: 5, ignore_eos: true }
+    const plain = await (await post('/completion', body)).json()
+    expect(plain.completion_probabilities).toHaveLength(5)
+    for (const tok of plain.completion_probabilities) {
+      expect(tok).toEqual({ id: expect.any(Number), token: expect.any(String), bytes: expect.any(Array), logprob: expect.any(Number), top_logprobs: expect.any(Array) })
+      expect(tok.logprob).toBeLessThanOrEqual(0)
+      expect(Buffer.from(tok.bytes).toString()).toBe(tok.token)
+      expect(tok.top_logprobs).toHaveLength(10)
+      // Greedy: the chosen token is the most probable, with the same logprob.
+      expect(tok.top_logprobs[0]).toEqual({ id: tok.id, token: tok.token, bytes: tok.bytes, logprob: tok.logprob })
+    }
+    const streamed = (await events(await post('/completion', { ...body, stream: true }))).filter((e) => !e.stop)
+    expect(streamed.flatMap((e) => e.completion_probabilities)).toEqual(plain.completion_probabilities)
+    const post_ = await (await post('/completion', { ...body, temperature: 1, seed: 1, post_sampling_probs: true })).json()
+    for (const tok of post_.completion_probabilities) {
+      expect(tok.prob).toBeGreaterThan(0)
+      expect(tok.prob).toBeLessThanOrEqual(1)
+      for (const p of tok.top_probs) expect(p.prob).toBeGreaterThan(0)
+      if (tok.top_probs.length < 10) expect(tok.top_probs.reduce((s, p) => s + p.prob, 0)).toBeCloseTo(1, 5)
+    }
+  })
+
+  test("Chat Completions' logprobs and top_logprobs: the tokens add up to the answer, streamed and not", async () => {
+    const ask = { messages: [{ role: 'system', content: 'Book' }, { role: 'user', content: 'What is the best book' }], max_tokens: 5, logprobs: true, top_logprobs: 3 }
+    const r = await (await post('/v1/chat/completions', ask)).json()
+    const content = r.choices[0].logprobs.content
+    expect(content.map((t) => t.token).join('')).toBe(r.choices[0].message.content)
+    for (const t of content) {
+      expect(t.logprob).toBeLessThanOrEqual(0)
+      expect(t.top_logprobs).toHaveLength(3)
+    }
+    const chunks = await events(await post('/v1/chat/completions', { ...ask, stream: true }))
+    let text = ''
+    let tokens = ''
+    for (const c of chunks.slice(1)) {
+      const choice = c.choices[0]
+      if (!choice || choice.finish_reason !== null) continue
+      expect(choice.delta.role).toBeUndefined()
+      text += choice.delta.content ?? ''
+      expect(choice.logprobs.content.length).toBeGreaterThan(0)
+      tokens += choice.logprobs.content.map((t) => t.token).join('')
+    }
+    expect(tokens).toBe(text)
+    expect(text).toBe(r.choices[0].message.content)
+    expect((await post('/v1/chat/completions', { ...ask, logprobs: false })).status).toBe(400)
+  })
+
+  test("--metrics: llama-server's llamacpp:* counters and gauges, the process start time; a request counted as its timings say", async () => {
+    const scrape = async () => {
+      const res = await fetch(`${base}/metrics`)
+      expect(res.status).toBe(200)
+      expect(Number(res.headers.get('process-start-time-unix'))).toBeGreaterThan(1.7e9)
+      const text = await res.text()
+      const types = Object.fromEntries([...text.matchAll(/^# TYPE (llamacpp:\S+) (\w+)$/gm)].map((m) => [m[1], m[2]]))
+      const values = Object.fromEntries([...text.matchAll(/^(llamacpp:\S+) (\S+)$/gm)].map((m) => [m[1], Number(m[2])]))
+      for (const name of Object.keys(values)) expect(text).toContain(`# HELP ${name} `)
+      return { types, values }
+    }
+    const before = await scrape()
+    for (const name of ['prompt_tokens_total', 'prompt_tokens_cached_total', 'prompt_seconds_total', 'tokens_predicted_total', 'tokens_predicted_seconds_total', 'n_decode_total', 'n_tokens_max', 'spec_decode_num_draft_tokens_total', 'spec_decode_num_accepted_tokens_total', 'spec_decode_num_drafts_total']) {
+      expect([name, before.types[`llamacpp:${name}`]]).toEqual([name, 'counter'])
+    }
+    for (const name of ['prompt_tokens_seconds', 'predicted_tokens_seconds', 'requests_processing', 'requests_deferred', 'n_busy_slots_per_decode']) {
+      expect([name, before.types[`llamacpp:${name}`]]).toEqual([name, 'gauge'])
+    }
+    const r = await (await post('/completion', { prompt: 'the quick brown fox jumps over the lazy dog', n_predict: 4, ignore_eos: true })).json()
+    const after = (await scrape()).values
+    const delta = (name) => after[`llamacpp:${name}`] - before.values[`llamacpp:${name}`]
+    expect(delta('prompt_tokens_total')).toBe(r.timings.prompt_n)
+    expect(delta('prompt_tokens_cached_total')).toBe(r.timings.cache_n)
+    expect(delta('tokens_predicted_total')).toBe(r.timings.predicted_n)
+    expect(delta('n_decode_total')).toBeGreaterThanOrEqual(r.timings.predicted_n - 1)
+    expect(after['llamacpp:requests_processing']).toBe(0)
+    expect(after['llamacpp:n_tokens_max']).toBeGreaterThanOrEqual(r.tokens_evaluated + r.tokens_predicted)
+  })
+
+  test('__verbose with verbose: true: the prompt the model read and the /completion result; absent otherwise', async () => {
+    const messages = [{ role: 'system', content: 'Book' }, { role: 'user', content: 'What is the best book' }]
+    const rendered = (await (await post('/apply-template', { messages })).json()).prompt
+    const r = await (await post('/v1/chat/completions', { messages, max_tokens: 2, ignore_eos: true, verbose: true })).json()
+    expect(r.__verbose).toMatchObject({ prompt: rendered, stop: true, stop_type: 'limit', tokens_predicted: 2 })
+    expect(r.timings.predicted_n).toBe(2)
+    expect((await (await post('/v1/chat/completions', { messages, max_tokens: 2 })).json()).__verbose).toBeUndefined()
+    expect((await (await post('/completion', { prompt: 'Hi', n_predict: 1, verbose: true })).json()).__verbose.prompt).toBe('Hi')
+  })
+
+  test('a last assistant message is continued (prefill); continue_final_message says so, with add_generation_prompt false', async () => {
+    const messages = [{ role: 'system', content: 'Book' }, { role: 'user', content: 'What is the best book' }]
+    const before = (await (await post('/apply-template', { messages })).json()).prompt
+    const prefill = [...messages, { role: 'assistant', content: 'Whill' }]
+    const a = await (await post('/v1/chat/completions', { messages: prefill, max_tokens: 2, verbose: true })).json()
+    expect(a.__verbose.prompt).toBe(before + 'Whill')
+    const b = await (await post('/v1/chat/completions', { messages: prefill, max_tokens: 2, verbose: true, add_generation_prompt: false, continue_final_message: true })).json()
+    expect(b.__verbose.prompt).toBe(a.__verbose.prompt)
+    expect((await (await post('/apply-template', { messages: prefill })).json()).prompt).toBe(before + 'Whill')
+    const both = await post('/v1/chat/completions', { messages: prefill, max_tokens: 2, add_generation_prompt: true, continue_final_message: true })
+    expect(both.status).toBe(400)
+    const twice = await post('/v1/chat/completions', { messages: [...prefill, { role: 'assistant', content: 'x' }], max_tokens: 2 })
+    expect(twice.status).toBe(400)
+  })
+
+  test('a prompt longer than a slot\'s context: 400 exceed_context_size_error with the counts, streamed or not', async () => {
+    const messages = Array.from({ length: 100 }, () => [{ role: 'system', content: 'Book' }, { role: 'user', content: 'What is the best book' }]).flat()
+    for (const stream of [false, true]) {
+      const res = await post('/v1/chat/completions', { messages, stream })
+      expect(res.status).toBe(400)
+      const { error } = await res.json()
+      expect(error.type).toBe('exceed_context_size_error')
+      expect(error.n_ctx).toBe(1024)
+      expect(error.n_prompt_tokens).toBeGreaterThan(1024)
+      expect(error.message).toMatch(/exceeds the available context size/)
+    }
+  })
+
+  test('return_progress: where the prompt is as it is evaluated in chunks of -b, before the tokens', async () => {
+    const prompt = 'The history of the printing press begins in the fifteenth century. '.repeat(15)
+    const all = await events(await post('/completion', { prompt, n_predict: 2, stream: true, return_progress: true, cache_prompt: false }))
+    const progress = all.filter((e) => e.prompt_progress).map((e) => e.prompt_progress)
+    expect(progress.length).toBeGreaterThanOrEqual(3)
+    expect(progress[0].processed).toBe(progress[0].cache)
+    for (let i = 1; i < progress.length; i++) {
+      expect(progress[i].total).toBe(progress[0].total)
+      expect(progress[i].processed).toBeGreaterThan(progress[i - 1].processed)
+      expect(progress[i].processed - progress[i - 1].processed).toBeLessThanOrEqual(64)
+    }
+    expect(progress.at(-1).processed).toBe(progress[0].total)
+    // Every progress event comes before the first token.
+    const firstToken = all.findIndex((e) => e.content)
+    expect(all.findLastIndex((e) => e.prompt_progress)).toBeLessThan(firstToken)
+    const chat = await events(await post('/v1/chat/completions', { messages: [{ role: 'user', content: prompt }], max_tokens: 2, stream: true, return_progress: true }))
+    const chatProgress = chat.filter((c) => c.prompt_progress)
+    expect(chatProgress.length).toBeGreaterThanOrEqual(2)
+    for (const c of chatProgress) expect(c.choices[0].delta).toEqual({ role: 'assistant', content: null })
+  })
+
+  test("GET /v1/models: aliases, tags, capabilities and the model's sizes; /v1/health; /v1/chat/completions/input_tokens", async () => {
+    const models = await (await fetch(`${base}/v1/models`)).json()
+    expect(models.data[0]).toMatchObject({ id: 'tinyllama-2', aliases: ['tinyllama-2'], tags: ['chat', 'small'], capabilities: ['completion'], meta: { n_ctx: 1024 } })
+    expect(models.models[0]).toMatchObject({ name: 'tinyllama-2', capabilities: ['completion'] })
+    expect((await fetch(`${base}/v1/health`)).status).toBe(200)
+    const messages = [{ role: 'user', content: 'What is the best book' }]
+    const { input_tokens } = await (await post('/v1/chat/completions/input_tokens', { messages })).json()
+    const rendered = (await (await post('/apply-template', { messages })).json()).prompt
+    const tokens = (await (await post('/tokenize', { content: rendered })).json()).tokens
+    expect(input_tokens).toBe(tokens.length)
+  })
+
   test('--no-slots: GET /slots is 501; so are the rerank endpoints (not built yet)', async () => {
     const res = await fetch(`${base}/slots`)
     expect(res.status).toBe(501)
@@ -242,6 +404,12 @@ describe('--cors-origins localhost and several API keys', () => {
     }
   })
 
+  test('without --metrics, GET /metrics is 501 (as llama-server)', async () => {
+    const res = await fetch(`${base}/metrics`, { headers: { authorization: 'Bearer first' } })
+    expect(res.status).toBe(501)
+    expect((await res.json()).error.type).toBe('not_supported_error')
+  })
+
   test('each of the keys opens the server; another does not', async () => {
     for (const key of ['first', 'second']) expect((await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200)
     const res = await fetch(`${base}/v1/models`, { headers: { authorization: 'Bearer third' } })
@@ -249,3 +417,4 @@ describe('--cors-origins localhost and several API keys', () => {
     expect((await res.json()).error.type).toBe('authentication_error')
   })
 })
+

@@ -6,7 +6,7 @@
 // in Anthropic's shape (errorBody), on every path under /v1/messages.
 
 const { invalid } = require('./errors.js')
-const { isObject, newId, passthrough, sourcedMessages } = require('./util.js')
+const { isObject, newId, passthrough, sourcedMessages, promptTokens } = require('./util.js')
 
 const PASSTHROUGH = passthrough(['prompt', 'messages', 'n_predict', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format', 'chat_template_kwargs'])
 
@@ -207,17 +207,6 @@ function engineRequest(body, { count = false } = {}) {
     return field
   }
   return { request, paramOf }
-}
-
-/**
- * Prompt tokens of a request: its messages rendered with the chat template
- * (and tool preamble), tokenised — off the event loop, whatever their size.
- */
-async function promptTokens(engine, request) {
-  const { messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs } = request
-  const fields = Object.fromEntries(Object.entries({ tools, tool_choice, parallel_tool_calls, chat_template_kwargs }).filter(([, v]) => v !== undefined))
-  const text = await engine.applyChatTemplateAsync(messages, fields)
-  return (await engine.tokenizeAsync(text, { special: true })).length
 }
 
 function stopOf(result, body) {

@@ -13,7 +13,7 @@ class ApiError extends Error {
    *   the answer (Retry-After); `close`: drop the connection after answering
    *   (a body that was not read to its end).
    */
-  constructor(status, message, { type, code = 'INVALID_REQUEST', param = null, headers = {}, close = false } = {}) {
+  constructor(status, message, { type, code = 'INVALID_REQUEST', param = null, headers = {}, close = false, extra = null } = {}) {
     super(message)
     this.status = status
     this.type = type ?? (status < 500 ? 'invalid_request_error' : 'server_error')
@@ -21,6 +21,8 @@ class ApiError extends Error {
     this.param = param
     this.headers = headers
     this.close = close
+    /** Fields the error body carries beside the protocol's own (llama-server's `n_prompt_tokens`, `n_ctx`). */
+    this.extra = extra
   }
 }
 
@@ -45,6 +47,10 @@ function toApiError(err, paramOf = (field) => field) {
     const text = field !== null && param !== field && message.startsWith(`${field}:`) ? `${param}:${message.slice(field.length + 1)}` : message
     return new ApiError(400, text, { param })
   }
+  // A prompt the context cannot hold (context_shift: false): llama-server's answer.
+  if (code === 'CONTEXT_EXCEEDED') {
+    return new ApiError(400, message, { code, type: 'exceed_context_size_error', extra: { n_prompt_tokens: err.promptTokens, n_ctx: err.contextSize } })
+  }
   if (code === 'DISPOSED') return new ApiError(503, message, { code })
   // The isolated engine's process died under this request; a new one is starting.
   if (code === 'ENGINE_CRASHED') return new ApiError(503, message, { code, headers: { 'Retry-After': '1' } })
@@ -58,7 +64,7 @@ function toApiError(err, paramOf = (field) => field) {
 
 /** `{ error: { message, type, param, code } }` */
 function openaiErrorBody(e) {
-  return { error: { message: e.message, type: e.type, param: e.param, code: e.code } }
+  return { error: { message: e.message, type: e.type, param: e.param, code: e.code, ...e.extra } }
 }
 
 module.exports = { ApiError, invalid, toApiError, openaiErrorBody }

@@ -18,12 +18,16 @@ const { serverMedia } = require('./media.js')
 const DEFAULTS = {
   apiKey: undefined,
   modelName: undefined,
+  modelAliases: undefined,
+  modelTags: undefined,
   maxQueue: 64,
   cors: false,
   corsMethods: 'GET, POST, DELETE, OPTIONS',
   corsHeaders: undefined,
   corsCredentials: true,
   slots: true,
+  metrics: true,
+  verbose: false,
   requestDefaults: undefined,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
@@ -49,12 +53,15 @@ function serverOptions(options = {}) {
   if (o.apiKey != null && (keys.length === 0 || keys.some((k) => typeof k !== 'string' || k === ''))) throw new TypeError('apiKey: expected a non-empty string, or an array of them')
   if (o.requestDefaults != null && (typeof o.requestDefaults !== 'object' || Array.isArray(o.requestDefaults))) throw new TypeError('requestDefaults: expected an object of request fields')
   for (const name of ['corsMethods', 'corsHeaders']) if (o[name] != null && typeof o[name] !== 'string') throw new TypeError(`${name}: expected a string`)
+  for (const name of ['modelAliases', 'modelTags']) {
+    if (o[name] != null && !(Array.isArray(o[name]) && o[name].every((x) => typeof x === 'string' && x !== ''))) throw new TypeError(`${name}: expected an array of names`)
+  }
   if (o.onError != null && typeof o.onError !== 'function') throw new TypeError('onError: expected a function')
   if (o.responsesFile != null && (typeof o.responsesFile !== 'string' || o.responsesFile === '')) throw new TypeError('responsesFile: expected a path')
   return o
 }
 
-const OWN_PATHS = new Set(['/health', '/metrics'])
+const OWN_PATHS = new Set(['/health', '/v1/health', '/metrics'])
 
 const LIST_SLICE = 1 << 15
 
@@ -139,6 +146,10 @@ function createCore(engineOrPromise, options) {
         responses,
         /** GET /slots answers (llama-server's --no-slots: 501). */
         slots: opts.slots !== false,
+        /** Every answer carries `__verbose` (serve --verbose), as llama-server's. */
+        verbose: opts.verbose === true,
+        /** GET /metrics answers (serve without --metrics: 501, as llama-server). */
+        metrics: opts.metrics !== false,
         /** The engine's LoRA adapters, `[{ id, name, path, scale }]`, with the scales POST /lora-adapters set. */
         loras: () => lane?.loras() ?? [],
         /** Sets the scales requests without `lora` get (a Map id -> scale naming every adapter). */
@@ -148,7 +159,13 @@ function createCore(engineOrPromise, options) {
           router
             ? router.list()
             : [
-                { name: ctx.modelName(), state: 'loaded' },
+                {
+                  name: ctx.modelName(),
+                  state: 'loaded',
+                  aliases: opts.modelAliases ?? [ctx.modelName()],
+                  tags: opts.modelTags ?? [],
+                  status: lane.engine?.status(),
+                },
                 ...lane.loras().map((l) => ({ name: l.name, state: 'loaded', parent: ctx.modelName() })),
               ],
       },
@@ -191,6 +208,18 @@ function createCore(engineOrPromise, options) {
           },
         }
       },
+      /** The text a request's prompt is (a chat's messages rendered as the engine renders them). */
+      promptText(request) {
+        request = withDefaults(request, opts.requestDefaults)
+        if (Array.isArray(request.messages)) {
+          const options = { addGenerationPrompt: true }
+          for (const f of ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']) if (request[f] != null) options[f] = request[f]
+          return lane.engine.applyChatTemplate(request.messages, options)
+        }
+        if (typeof request.prompt === 'string') return request.prompt
+        if (Array.isArray(request.prompt)) return request.prompt.map((x) => (typeof x === 'string' ? x : lane.engine.detokenize([x]))).join('')
+        return ''
+      },
       async generate(request, onEvent) {
         request = textTokens(withDefaults(request, opts.requestDefaults), lane.engine)
         request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, signal: exchange.signal })
@@ -208,7 +237,7 @@ function createCore(engineOrPromise, options) {
           return exchange.send(200, { ...headers, 'Content-Type': 'text/plain; charset=utf-8' }, '')
         }
       }
-      if (!route && !own && !(known && (key === 'GET /health' || key === 'GET /metrics'))) {
+      if (!route && !own && !(known && (key === 'GET /health' || key === 'GET /v1/health' || key === 'GET /metrics'))) {
         if (typeof next === 'function') {
           endpoint = null // not ours: not counted
           return next()
@@ -217,7 +246,7 @@ function createCore(engineOrPromise, options) {
           ? new ApiError(405, `${exchange.method} is not allowed on ${exchange.path}`, { code: 'METHOD_NOT_ALLOWED' })
           : new ApiError(404, `no endpoint ${exchange.path}`, { code: 'NOT_FOUND', type: 'not_found_error' })
       }
-      if (key === 'GET /health') return health(exchange, cors)
+      if (key === 'GET /health' || key === 'GET /v1/health') return health(exchange, cors)
       if (keyDigests && !authorized(exchange, keyDigests)) {
         throw new ApiError(401, 'a valid API key is required: Authorization: Bearer <key>, or x-api-key: <key>', {
           code: 'INVALID_API_KEY',
@@ -225,7 +254,11 @@ function createCore(engineOrPromise, options) {
         })
       }
       if (key === 'GET /metrics') {
-        return exchange.send(200, { 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', ...cors }, metrics.render(scrape()))
+        if (opts.metrics === false) {
+          throw new ApiError(501, 'This server does not support metrics endpoint (start it with --metrics)', { code: 'NOT_SUPPORTED', type: 'not_supported_error' })
+        }
+        const headers = { 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', 'Process-Start-Time-Unix': String(started), ...cors }
+        return exchange.send(200, headers, metrics.render(scrape()))
       }
       if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
       if (own) return await routerRoute(key, ctx, router)

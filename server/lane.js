@@ -96,6 +96,8 @@ class Lane {
       request,
       (event) => {
         const n = event.type === 'token' ? event.tokens.length : 0
+        // A step that verified a draft (llama-server's spec_decode_num_drafts_total).
+        if (n > 0 && event.n_drafted > 0) metrics.llama.verifySteps++
         if (n > 0) {
           const now = performance.now()
           if (last === null) metrics.ttft.observe((now - t0) / 1000)

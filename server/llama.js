@@ -6,6 +6,7 @@
 const { requestFields } = require('../index.js')
 const { ApiError, invalid, openaiErrorBody } = require('./errors.js')
 const { isObject } = require('./util.js')
+const { tokenProbs } = require('./logprobs.js')
 
 const PACKAGE_VERSION = require('../package.json').version
 // The llama.cpp the addon is built from: the llama-cpp-sys-2 crate's version.
@@ -72,9 +73,9 @@ function props(ctx) {
     build_info: buildInfo(),
     // What the projector (--mmproj) reads, as llama.cpp's server says it.
     modalities: { vision: st.media?.vision === true, audio: st.media?.audio === true },
-    endpoint_slots: true,
+    endpoint_slots: ctx.server.slots,
     endpoint_props: false,
-    endpoint_metrics: true,
+    endpoint_metrics: ctx.server.metrics,
     is_sleeping: false,
   })
 }
@@ -146,12 +147,6 @@ async function setLoraAdapters(ctx) {
   ctx.json(200, { success: true })
 }
 
-// llama.cpp's legacy per-token probabilities, from the event's tokens.
-function probabilities(tokens) {
-  if (!tokens.some((t) => Array.isArray(t.probs))) return undefined
-  return tokens.map((t) => ({ content: t.piece, probs: (t.probs || []).map((p) => ({ tok_str: p.piece, prob: p.prob })) }))
-}
-
 /** llama-server's `stop_type` of a result. */
 function stopType(r) {
   if (r.stopped_word) return 'word'
@@ -163,20 +158,48 @@ function stopType(r) {
 /**
  * A result as llama-server answers /completion: the engine's result, and
  * `tokens` (the ids, with `return_tokens`; else []), `has_new_line`,
- * `stop_type`, and `timings.cache_n` (prompt tokens reused),
- * `timings.draft_n` and `draft_n_accepted` (when drafts were made).
+ * `stop_type`, `completion_probabilities` in its shape (logprobs, or probs
+ * with `post_sampling_probs`), and `timings.cache_n` (prompt tokens
+ * reused), `timings.draft_n` and `draft_n_accepted` (when drafts were
+ * made).
  */
 function llamaResult(result, turn) {
   const timings = { ...result.timings, cache_n: result.tokens_cached }
   const spec = result.speculative
   if (spec && spec.n_drafted > 0) Object.assign(timings, { draft_n: spec.n_drafted, draft_n_accepted: spec.n_accepted })
-  return {
+  const answer = {
     ...result,
     tokens: turn.returnTokens ? turn.ids : [],
     has_new_line: (result.content ?? '').includes('\n'),
     stop_type: stopType(result),
     timings,
   }
+  if (result.completion_probabilities) answer.completion_probabilities = tokenProbs(turn.generated, { post: turn.post }) ?? []
+  return answer
+}
+
+/**
+ * llama-server's `response_fields`: only these fields of the answer, a
+ * nested one named by its path (`generation_settings/n_predict`) and
+ * answered under that name.
+ */
+function pick(answer, fields) {
+  const out = {}
+  for (const f of fields) {
+    let v = answer
+    for (const k of f.split('/')) v = v !== null && typeof v === 'object' ? v[k] : undefined
+    if (v !== undefined) out[f] = v
+  }
+  return out
+}
+
+/**
+ * llama-server's `__verbose` (the request's `verbose`, or serve --verbose):
+ * the result as /completion answers it, with the prompt the model read.
+ */
+function withVerbose(answer, result, turn) {
+  if (turn.verbose) answer.__verbose = { ...llamaResult(result, turn), prompt: turn.prompt }
+  return answer
 }
 
 /**
@@ -187,16 +210,43 @@ function llamaResult(result, turn) {
  * streamed) and the result's other fields, `stop: true`.
  */
 const completion = {
-  // `stream` is the skeleton's to read, `return_tokens` ours; every other field is the engine's.
-  toEngine: ({ stream, return_tokens, ...request }) => ({ request, returnTokens: return_tokens === true, ids: [] }),
-  observe(event, turn) {
-    if (event.type === 'token') for (const t of event.tokens) turn.ids.push(t.id)
+  // `stream` is the skeleton's to read, `return_tokens` and
+  // `post_sampling_probs` ours; every other field is the engine's.
+  toEngine: ({ stream, return_tokens, post_sampling_probs, verbose, response_fields, ...request }, ctx) => {
+    if (response_fields != null && !(Array.isArray(response_fields) && response_fields.every((f) => typeof f === 'string'))) {
+      throw invalid('response_fields', 'expected an array of field names (a/b for a nested one)')
+    }
+    const fields = response_fields?.length ? response_fields : null
+    return {
+      request,
+      returnTokens: return_tokens === true,
+      post: post_sampling_probs === true,
+      verbose: verbose === true || ctx.server.verbose,
+      fields,
+      wantsPrompt: fields?.includes('prompt') === true,
+      ids: [],
+      generated: [],
+    }
   },
-  reply: (result, turn) => llamaResult(result, turn),
+  observe(event, turn) {
+    if (event.type !== 'token') return
+    for (const t of event.tokens) turn.ids.push(t.id)
+    // Kept only for their probabilities.
+    if (event.tokens.some((t) => t.probs)) turn.generated.push(...event.tokens)
+  },
+  reply: (result, turn) => {
+    const answer = withVerbose(llamaResult(result, turn), result, turn)
+    return turn.fields ? pick({ ...answer, prompt: turn.prompt }, turn.fields) : answer
+  },
   streamEvents: (turn, sse) => ({
     event(event) {
+      if (event.type === 'progress') {
+        const { type, ...prompt_progress } = event
+        sse.send({ content: '', tokens: [], stop: false, prompt_progress })
+        return
+      }
       if (event.type === 'token') {
-        const completion_probabilities = probabilities(event.tokens)
+        const completion_probabilities = tokenProbs(event.tokens, { post: turn.post })
         for (const t of event.tokens) turn.ids.push(t.id)
         sse.send({
           ...event,
@@ -207,7 +257,10 @@ const completion = {
         })
       } else {
         // done: the whole result, its text already streamed.
-        sse.send({ ...llamaResult(event, { ...turn, returnTokens: false }), content: '', stop: true })
+        const last = withVerbose({ ...llamaResult(event, { ...turn, returnTokens: false }), content: '', stop: true }, event, turn)
+        // Each token's probabilities went with it.
+        delete last.completion_probabilities
+        sse.send(last)
       }
     },
     end() {},
@@ -256,6 +309,7 @@ function rerank() {
 
 module.exports = {
   systemFingerprint,
+  withVerbose,
   errorBody: openaiErrorBody,
   routes: {
     'POST /completion': completion,
@@ -266,6 +320,7 @@ module.exports = {
     'GET /props': props,
     'GET /slots': slots,
     'POST /rerank': rerank,
+    'POST /reranking': rerank,
     'POST /v1/rerank': rerank,
     'POST /v1/reranking': rerank,
     'GET /lora-adapters': loraAdapters,

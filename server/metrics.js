@@ -37,6 +37,10 @@ class Metrics {
   drafters = new Map() // name -> { drafted, accepted }
   ttft = new Histogram(TTFT_BUCKETS)
   perToken = new Histogram(TOKEN_BUCKETS)
+  // llama-server's counters (its `llamacpp:` names): prompt tokens computed
+  // (cached ones apart) and their seconds, tokens generated and theirs, the
+  // longest sequence, drafts.
+  llama = { prompt: 0, promptSeconds: 0, cached: 0, predicted: 0, predictedSeconds: 0, maxTokens: 0, drafted: 0, accepted: 0, verifySteps: 0 }
 
   request(endpoint, status) {
     const key = `${endpoint}\0${status}`
@@ -48,6 +52,16 @@ class Metrics {
     this.promptTokens += result.tokens_evaluated ?? 0
     this.cachedTokens += result.tokens_cached ?? 0
     this.generatedTokens += result.tokens_predicted ?? 0
+    const l = this.llama
+    const t = result.timings ?? {}
+    l.prompt += t.prompt_n ?? 0
+    l.promptSeconds += (t.prompt_ms ?? 0) / 1000
+    l.cached += result.tokens_cached ?? 0
+    l.predicted += t.predicted_n ?? 0
+    l.predictedSeconds += (t.predicted_ms ?? 0) / 1000
+    l.maxTokens = Math.max(l.maxTokens, (result.tokens_evaluated ?? 0) + (result.tokens_predicted ?? 0))
+    l.drafted += result.speculative?.n_drafted ?? 0
+    l.accepted += result.speculative?.n_accepted ?? 0
     for (const [name, d] of Object.entries(result.speculative?.drafters ?? {})) {
       const c = this.drafters.get(name) ?? { drafted: 0, accepted: 0 }
       c.drafted += d.n_drafted ?? 0
@@ -123,9 +137,43 @@ class Metrics {
     metric('llama_engine_prompt_cache_bytes', 'gauge', "Bytes held by the engines' host-memory prompt caches.", [
       [{}, lanes.reduce((sum, l) => sum + (l.status?.promptCache?.bytes ?? 0), 0)],
     ])
+    this.renderLlama(metric, lanes, g)
     histogram('llama_engine_time_to_first_token_seconds', 'Seconds from the request to its first generated token (queueing and prefill included).', this.ttft)
     histogram('llama_engine_time_per_output_token_seconds', 'Seconds per generated token after the first.', this.perToken)
     return out.join('\n') + '\n'
+  }
+
+  /** llama-server's metrics, under its names (its help texts): what its dashboards read. */
+  renderLlama(metric, lanes, g) {
+    const l = this.llama
+    let steps = 0
+    let slots = 0
+    for (const { status } of lanes) {
+      steps += status?.decodes?.steps ?? 0
+      slots += status?.decodes?.slots ?? 0
+    }
+    const rate = (n, s) => (s > 0 ? n / s : 0)
+    const counters = [
+      ['prompt_tokens_total', 'Number of prompt tokens processed, excluding cached tokens', l.prompt],
+      ['prompt_tokens_cached_total', 'Number of prompt tokens reused from the cache', l.cached],
+      ['prompt_seconds_total', 'Total time spent processing prompts', l.promptSeconds],
+      ['tokens_predicted_total', 'Number of generation tokens processed', l.predicted],
+      ['tokens_predicted_seconds_total', 'Total time spent generating tokens', l.predictedSeconds],
+      ['n_decode_total', "Total number of llama_decode() calls of the loaded models' targets (prompt chunks, generation and verification steps)", steps],
+      ['n_tokens_max', 'Largest observed sequence length (prompt + generation)', l.maxTokens],
+      ['spec_decode_num_draft_tokens_total', 'Speculative: Total draft tokens generated', l.drafted],
+      ['spec_decode_num_accepted_tokens_total', 'Speculative: Total draft tokens accepted by the target model', l.accepted],
+      ['spec_decode_num_drafts_total', 'Speculative: Total speculative decoding verification steps', l.verifySteps],
+    ]
+    const gaugeItems = [
+      ['prompt_tokens_seconds', 'Average prompt throughput in tokens/s', rate(l.prompt, l.promptSeconds)],
+      ['predicted_tokens_seconds', 'Average generation throughput in tokens/s', rate(l.predicted, l.predictedSeconds)],
+      ['requests_processing', 'Number of requests processing', g.running],
+      ['requests_deferred', 'Number of requests deferred', g.waiting],
+      ['n_busy_slots_per_decode', 'Average number of busy slots per llama_decode() call', slots / Math.max(steps, 1)],
+    ]
+    for (const [name, help, value] of counters) metric(`llamacpp:${name}`, 'counter', help, [[{}, value]])
+    for (const [name, help, value] of gaugeItems) metric(`llamacpp:${name}`, 'gauge', help, [[{}, value]])
   }
 }
 

@@ -5,8 +5,9 @@
 
 const { randomUUID } = require('node:crypto')
 const { invalid, openaiErrorBody } = require('./errors.js')
-const { isObject, passthrough } = require('./util.js')
-const { systemFingerprint } = require('./llama.js')
+const { isObject, passthrough, promptTokens } = require('./util.js')
+const { systemFingerprint, withVerbose } = require('./llama.js')
+const { tokenProbs, openaiLogprobs } = require('./logprobs.js')
 
 // Engine fields a client may send beside OpenAI's: every one OpenAI's names
 // do not already map. Those OpenAI shares (temperature, top_p, seed, the
@@ -44,6 +45,23 @@ const chatParam = (field) => (field === 'n_predict' ? 'max_tokens' : field)
 function chatRequest(body) {
   if (!Array.isArray(body.messages)) throw invalid('messages', 'expected an array of { role, content } messages')
   return { messages: body.messages, ...commonFields(body) }
+}
+
+/**
+ * llama-server's (and vLLM's) `continue_final_message` with
+ * `add_generation_prompt: false`: the last assistant message is continued,
+ * as the engine continues any last assistant message ("prefill"). Both
+ * true is a contradiction; the generation prompt left out otherwise is not
+ * supported.
+ */
+function checkContinuation(body, messages) {
+  const add = body.add_generation_prompt ?? true
+  if (typeof add !== 'boolean') throw invalid('add_generation_prompt', 'expected true or false')
+  const cont = body.continue_final_message ?? false
+  if (typeof cont !== 'boolean') throw invalid('continue_final_message', 'expected true or false')
+  if (cont && add) throw invalid('continue_final_message', 'cannot be true with add_generation_prompt true (send add_generation_prompt: false)')
+  if (cont && messages.at(-1)?.role !== 'assistant') throw invalid('continue_final_message', 'the last message must be the assistant message to continue')
+  if (!cont && !add) throw invalid('add_generation_prompt', 'false is supported with continue_final_message: true only (a last assistant message is continued either way)')
 }
 
 /** POST /v1/completions body -> engine request. */
@@ -132,26 +150,46 @@ function completionRoute(kind) {
   return {
     toEngine(body, ctx) {
       const request = chat ? chatRequest(body) : completionRequest(body)
+      if (chat) checkContinuation(body, request.messages)
+      // `logprobs` (and `top_logprobs`): the engine's n_probs.
+      const probs = openaiLogprobs(body, chat)
+      if (probs.n > 0 && request.n_probs == null) request.n_probs = probs.n
       const head = {
         id: `${chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`,
         created: Math.floor(Date.now() / 1000),
         model: ctx.modelName(),
         system_fingerprint: systemFingerprint(),
       }
-      return { request, paramOf: chatParam, body, head }
+      return { request, paramOf: chatParam, body, head, probs, generated: [], ids: [], verbose: body.verbose === true || ctx.server.verbose }
     },
-    reply(result, { head }) {
+    observe(event, turn) {
+      if (event.type === 'token' && turn.probs.n > 0) turn.generated.push(...event.tokens)
+    },
+    reply(result, turn) {
+      const { head, probs, generated } = turn
+      const content = probs.n > 0 ? tokenProbs(generated, probs) : undefined
+      const logprobs = content ? { content } : null
       const choice = chat
-        ? { index: 0, message: chatMessage(result), logprobs: null, finish_reason: finishReason(result) }
-        : { index: 0, text: result.content, logprobs: null, finish_reason: finishReason(result) }
-      return { ...head, object: chat ? 'chat.completion' : 'text_completion', choices: [choice], usage: usage(result) }
+        ? { index: 0, message: chatMessage(result), logprobs, finish_reason: finishReason(result) }
+        : { index: 0, text: result.content, logprobs, finish_reason: finishReason(result) }
+      const answer = { ...head, object: chat ? 'chat.completion' : 'text_completion', choices: [choice], usage: usage(result), timings: result.timings }
+      return withVerbose(answer, result, turn)
     },
-    streamEvents({ body, head }, sse) {
+    streamEvents(turn, sse) {
+      const { body, head, probs } = turn
       const object = chat ? 'chat.completion.chunk' : 'text_completion'
+      // Tokens whose text was held back (a stop string's prefix) give their
+      // probabilities with the next chunk that has text.
+      let pending = []
       const chunk = ({ delta, text, finish_reason = null, usage: u }) => {
         const c = { ...head, object, choices: [] }
-        if (delta) c.choices.push({ index: 0, delta, logprobs: null, finish_reason })
-        if (text != null) c.choices.push({ index: 0, text, logprobs: null, finish_reason })
+        let logprobs = null
+        if (pending.length && finish_reason === null && !u && !delta?.role) {
+          logprobs = { content: tokenProbs(pending, probs) }
+          pending = []
+        }
+        if (delta) c.choices.push({ index: 0, delta, logprobs, finish_reason })
+        if (text != null) c.choices.push({ index: 0, text, logprobs, finish_reason })
         if (u) c.usage = u
         return c
       }
@@ -163,7 +201,16 @@ function completionRoute(kind) {
       }
       return {
         event(event) {
+          if (event.type === 'progress') {
+            // return_progress: llama-server's chunk, the role and `prompt_progress`.
+            const { type, ...prompt_progress } = event
+            const fields = chat ? { delta: { role: 'assistant', content: null } } : { text: '' }
+            sse.send({ ...chunk(fields), prompt_progress })
+            first = false
+            return
+          }
           if (event.type !== 'token') return
+          if (probs.n > 0) pending.push(...event.tokens)
           const fields = chat ? { delta: chatDelta(event) } : { text: event.content || null }
           if (!fields.delta && !fields.text) return
           role()
@@ -171,8 +218,10 @@ function completionRoute(kind) {
         },
         end(result) {
           role()
-          sse.send(chunk({ ...(chat ? { delta: {} } : { text: '' }), finish_reason: finishReason(result) }))
-          if (body.stream_options?.include_usage === true) sse.send(chunk({ usage: usage(result) }))
+          // The last chunk carries the timings (and __verbose), as llama-server's.
+          const last = chunk({ ...(chat ? { delta: {} } : { text: '' }), finish_reason: finishReason(result) })
+          sse.send(withVerbose({ ...last, timings: result.timings }, result, { ...turn, generated: [] }))
+          if (body.stream_options?.include_usage === true) sse.send({ ...chunk({ usage: usage(result) }), timings: result.timings })
           sse.send('[DONE]')
         },
         fail: (e) => sse.send(openaiErrorBody(e)),
@@ -194,10 +243,18 @@ function models(ctx) {
   const data = ctx.server.models().map((m) => {
     const model = { id: m.name, object: 'model', created: ctx.started, owned_by: 'llama-engine' }
     if (m.parent) model.parent = m.parent
+    // llama-server's: the names a request may give this model, its tags, and what it reads.
+    if (m.aliases) model.aliases = m.aliases
+    if (m.tags) model.tags = m.tags
+    const st = m.status
+    model.capabilities = st?.media?.vision || st?.media?.audio ? ['completion', 'multimodal'] : ['completion']
+    if (st) {
+      model.meta = { n_vocab: st.vocabSize, n_ctx: st.contextSize, n_ctx_train: st.trainContextSize, n_embd: st.embeddingSize }
+    }
     model.status = { value: m.state, ...(m.pinned ? { pinned: true } : {}), ...(m.error ? { error: m.error } : {}) }
     return model
   })
-  // Codex reads a `models` catalog beside OpenAI's `data`.
+  // Codex (and llama-server's clients) read a `models` catalog beside OpenAI's `data`.
   ctx.json(200, { object: 'list', data, models: data.map((m) => ({ ...m, name: m.id, model: m.id })) })
 }
 
@@ -219,9 +276,22 @@ async function applyTemplate(ctx) {
   ctx.json(200, { prompt: ctx.engine.applyChatTemplate(messages, options) })
 }
 
+/**
+ * POST /v1/chat/completions/input_tokens (llama-server's): `{ input_tokens }`,
+ * the prompt tokens a chat request's messages (with its tools) render to.
+ */
+async function inputTokens(ctx) {
+  const body = await ctx.body()
+  const request = { ...chatRequest(body) }
+  for (const f of ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']) if (body[f] != null) request[f] = body[f]
+  ctx.json(200, { input_tokens: await promptTokens(ctx.engine, request) })
+}
+
 module.exports = {
   errorBody: openaiErrorBody,
   routes: {
+    'POST /v1/chat/completions/input_tokens': inputTokens,
+    'POST /chat/completions/input_tokens': inputTokens,
     'POST /apply-template': applyTemplate,
     'GET /v1/models': models,
     'GET /models': models,

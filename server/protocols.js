@@ -13,10 +13,13 @@
 // for every API: read the body, toEngine, queue and generate, then reply or
 // stream.
 //
-//   toEngine(body, ctx)            the turn: `{ request, paramOf, … }`: the
-//                                  engine's request, how to name an engine
+//   toEngine(body, ctx)            the turn: `{ request, paramOf, verbose, … }`:
+//                                  the engine's request, how to name an engine
 //                                  error's field as this API does (optional),
-//                                  and whatever reply and streamEvents need
+//                                  whether the answer carries `__verbose` (then
+//                                  the skeleton sets `turn.prompt`, the text
+//                                  the model reads), and whatever reply and
+//                                  streamEvents need
 //   reply(result, turn)            the JSON body of an answer not streamed
 //   observe(event, turn)           optional: each engine event of an answer
 //                                  not streamed (the Responses API counts
@@ -48,6 +51,8 @@ function generation(route) {
     const body = await ctx.body()
     const turn = route.toEngine(body, ctx)
     ctx.paramOf = turn.paramOf
+    // `verbose` (llama-server's __verbose): the prompt as the model reads it.
+    if (turn.verbose || turn.wantsPrompt) turn.prompt = ctx.promptText(turn.request)
     if (body.stream !== true) {
       const result = await ctx.generate(turn.request, route.observe && ((event) => route.observe(event, turn)))
       ctx.json(200, route.reply(result, turn))

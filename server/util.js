@@ -36,6 +36,17 @@ function sourcedMessages() {
   return { messages, origins, push }
 }
 
+/**
+ * Prompt tokens of a request: its messages rendered with the chat template
+ * (and tool preamble), tokenised — off the event loop, whatever their size.
+ */
+async function promptTokens(engine, request) {
+  const { messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs } = request
+  const fields = Object.fromEntries(Object.entries({ tools, tool_choice, parallel_tool_calls, chat_template_kwargs }).filter(([, v]) => v !== undefined))
+  const text = await engine.applyChatTemplateAsync(messages, fields)
+  return (await engine.tokenizeAsync(text, { special: true })).length
+}
+
 /** `AbortSignal.any` (Node >= 20.3), or the same made by hand on Node 18. */
 function anySignal(signals) {
   if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals)
@@ -50,4 +61,4 @@ function anySignal(signals) {
   return ac.signal
 }
 
-module.exports = { isObject, newId, passthrough, sourcedMessages, anySignal }
+module.exports = { isObject, newId, passthrough, sourcedMessages, promptTokens, anySignal }

@@ -73,7 +73,7 @@ export const SERVE_TABLE = [
   { key: 'flash-attn', names: ['-fa', '--flash-attn'], env: 'LLAMA_ARG_FLASH_ATTN', kind: 'choice', choices: ['on', 'off', 'auto'], optional: 'on', arg: 'on|off|auto', group: G.ctx, help: 'flash attention', accepted: 'the CPU attention here is its own batch-invariant kernel' },
   { key: 'kv-unified', names: ['-kvu', '--kv-unified'], negations: ['-no-kvu', '--no-kv-unified'], env: 'LLAMA_ARG_KV_UNIFIED', kind: 'bool', group: G.ctx, help: 'one KV buffer for all slots', accepted: 'each slot has its own cells; -c is what one request may fill either way' },
   { key: 'cont-batching', names: ['-cb', '--cont-batching'], negations: ['-nocb', '--no-cont-batching'], env: 'LLAMA_ARG_CONT_BATCHING', kind: 'bool', group: G.ctx, help: 'continuous batching', accepted: 'requests always join the running batch' },
-  { key: 'context-shift', names: ['--context-shift'], negations: ['--no-context-shift'], env: 'LLAMA_ARG_CONTEXT_SHIFT', kind: 'bool', group: G.ctx, help: 'shift the context when a generation fills it', accepted: 'a generation past the context shifts it as the engine documents' },
+  { key: 'context-shift', names: ['--context-shift'], negations: ['--no-context-shift'], env: 'LLAMA_ARG_CONTEXT_SHIFT', kind: 'bool', group: G.ctx, help: "the request field context_shift's default: on, a prompt longer than a slot's context is truncated and a full context shifts; off (as llama-server), such a prompt is a 400 exceed_context_size_error and such a generation ends (truncated)", def: 'off' },
   { key: 'cache-ram', names: ['-cram', '--cache-ram'], env: 'LLAMA_ARG_CACHE_RAM', kind: 'string', arg: 'MiB', group: G.ctx, help: 'the host-memory prompt cache, in MiB (-1: no limit, 0: off)' },
   { key: 'cache-prompt', names: ['--cache-prompt'], negations: ['--no-cache-prompt'], env: 'LLAMA_ARG_CACHE_PROMPT', kind: 'bool', group: G.ctx, help: "reuse a slot's cached prefix (the request field cache_prompt's default)", def: 'on' },
 
@@ -99,14 +99,14 @@ export const SERVE_TABLE = [
   { key: 'port', names: ['--port'], env: ['LLAMA_ARG_PORT', 'PORT'], kind: 'string', arg: 'N', group: G.server, help: 'port (0 picks a free one)', def: '8080' },
   { key: 'api-key', names: ['--api-key'], env: ['LLAMA_API_KEY', 'LLAMA_ENGINE_API_KEY'], kind: 'string', arg: 'KEY[,KEY…]', group: G.server, help: 'require a key (Authorization: Bearer KEY, or x-api-key: KEY) on every endpoint but /health; several comma-separated' },
   { key: 'api-key-file', names: ['--api-key-file'], env: 'LLAMA_ARG_API_KEY_FILE', kind: 'string', arg: 'FILE', group: G.server, help: 'the keys from a file, one per line (# starts a comment)' },
-  { key: 'alias', names: ['--model-name', '-a', '--alias'], env: 'LLAMA_ARG_ALIAS', kind: 'string', arg: 'NAME', group: G.server, help: "the model's name in answers (llama-server's comma-separated aliases: the first)", def: "the file's name" },
-  { key: 'tags', names: ['--tags'], env: 'LLAMA_ARG_TAGS', kind: 'string', arg: 'TAGS', group: G.server, help: 'model tags', accepted: 'informational there, not used here' },
+  { key: 'alias', names: ['--model-name', '-a', '--alias'], env: 'LLAMA_ARG_ALIAS', kind: 'string', arg: 'NAME', group: G.server, help: "the model's name in answers; comma-separated aliases, as llama-server: each is listed by /v1/models, the first in alphabetical order is the name", def: "the file's name" },
+  { key: 'tags', names: ['--tags'], env: 'LLAMA_ARG_TAGS', kind: 'string', arg: 'TAGS', group: G.server, help: "comma-separated tags of the model, listed by /v1/models (informational)" },
   { key: 'cors', names: ['--cors', '--cors-origins'], env: 'LLAMA_ARG_CORS_ORIGINS', kind: 'string', arg: 'ORIGINS', group: G.server, help: "origins browsers may call from: a comma-separated list, * (any: the Origin is echoed), or localhost (http://localhost, 127.0.0.1 and [::1] at any port)", def: '*' },
   { key: 'cors-methods', names: ['--cors-methods'], env: 'LLAMA_ARG_CORS_METHODS', kind: 'string', arg: 'METHODS', group: G.server, help: 'the methods a preflight allows', def: 'GET, POST, DELETE, OPTIONS' },
   { key: 'cors-headers', names: ['--cors-headers'], env: 'LLAMA_ARG_CORS_HEADERS', kind: 'string', arg: 'HEADERS', group: G.server, help: 'the headers a preflight allows (a browser never lets * cover Authorization: name it to send an API key)', def: '*' },
   { key: 'cors-credentials', names: ['--cors-credentials'], negations: ['--no-cors-credentials'], env: 'LLAMA_ARG_CORS_CREDENTIALS', kind: 'bool', group: G.server, help: 'Access-Control-Allow-Credentials on preflights', def: 'on' },
   { key: 'slots', names: ['--slots'], negations: ['--no-slots'], env: 'LLAMA_ARG_ENDPOINT_SLOTS', kind: 'bool', group: G.server, help: 'GET /slots (off: 501)', def: 'on' },
-  { key: 'metrics', names: ['--metrics'], env: 'LLAMA_ARG_ENDPOINT_METRICS', kind: 'bool', group: G.server, help: 'Prometheus /metrics', accepted: '/metrics is always served' },
+  { key: 'metrics', names: ['--metrics'], negations: ['--no-metrics'], env: 'LLAMA_ARG_ENDPOINT_METRICS', kind: 'bool', group: G.server, help: 'Prometheus GET /metrics: our counters, llama-server\'s llamacpp:* and the gateway\'s vllm:* gauges (off: 501, as llama-server)', def: 'off' },
   { key: 'props', names: ['--props'], env: 'LLAMA_ARG_ENDPOINT_PROPS', kind: 'bool', group: G.server, help: 'POST /props', accepted: 'GET /props only' },
   { key: 'ui', names: ['--ui', '--webui'], negations: ['--no-ui', '--no-webui'], env: 'LLAMA_ARG_UI', kind: 'bool', group: G.server, help: 'the web page at /', accepted: 'there is none yet' },
   { key: 'max-queue', names: ['--max-queue'], kind: 'string', arg: 'N', group: G.server, help: 'requests that may wait for a slot; more get 429', def: '64' },
@@ -119,7 +119,7 @@ export const SERVE_TABLE = [
   { key: 'responses-max-bytes', names: ['--responses-max-bytes'], kind: 'string', arg: 'B', group: G.server, help: 'and at most B bytes of them', def: '67108864' },
   { key: 'responses-file', names: ['--responses-file'], kind: 'string', arg: 'PATH', group: G.server, help: 'kept responses also on disk (written atomically, read back at start)' },
   { key: 'isolation', names: ['--isolation'], kind: 'choice', choices: ['process', 'none'], arg: 'process|none', group: G.server, help: 'process: the engine in a child process, restarted if it dies; none: in this process', def: 'process' },
-  { key: 'verbose', names: ['-v', '--verbose', '--log-verbose'], kind: 'bool', group: G.server, help: 'log everything', accepted: 'the server logs its requests and errors to stderr' },
+  { key: 'verbose', names: ['-v', '--verbose', '--log-verbose'], kind: 'bool', group: G.server, help: "every answer carries __verbose: the prompt as the model read it and /completion's whole result (as llama-server's; a request's verbose: true asks for it alone)" },
   { key: 'log-disable', names: ['--log-disable'], kind: 'bool', group: G.server, help: 'no log', accepted: "llama.cpp's log is never printed here" },
 
   // Many models
@@ -176,6 +176,8 @@ export function serveExtras(values, given, env) {
     else defaults[row.field] = num(row.key, given, values[row.key], FIELD_KIND[row.field] === 'int' ? 'int' : 'float')
   }
   if (values['cache-prompt'] !== undefined) defaults.cache_prompt = values['cache-prompt']
+  // llama-server's default: no context shift.
+  defaults.context_shift = values['context-shift'] === true
   if (values.reasoning === 'on' || values.reasoning === 'off') defaults.chat_template_kwargs = { enable_thinking: values.reasoning === 'on' }
   const spec = {}
   if (values['spec-type'] !== undefined) spec.mode = specMode(values['spec-type'])
@@ -205,7 +207,17 @@ export function serveExtras(values, given, env) {
   server.corsHeaders = values['cors-headers'] ?? '*'
   if (values['cors-credentials'] !== undefined) server.corsCredentials = values['cors-credentials']
   if (values.slots === false) server.slots = false
-  if (values.alias !== undefined) server.modelName = values.alias.split(',')[0].trim()
+  // As llama-server: /metrics only when asked for.
+  server.metrics = values.metrics === true
+  if (values.verbose === true) server.verbose = true
+  if (values.alias !== undefined) {
+    // As llama-server: the aliases as a set, the first of them in order the name.
+    const aliases = [...new Set(values.alias.split(',').map((a) => a.trim()).filter(Boolean))].sort()
+    if (aliases.length === 0) throw new UsageError(`${given.alias}: expected a name`)
+    server.modelName = aliases[0]
+    if (aliases.length > 1) server.modelAliases = aliases
+  }
+  if (values.tags !== undefined) server.modelTags = [...new Set(values.tags.split(',').map((t) => t.trim()).filter(Boolean))]
   if (values.timeout !== undefined && values['request-timeout'] === undefined) {
     const s = num('timeout', given, values.timeout)
     if (s < 0) throw new UsageError(`${given.timeout}: expected a non-negative number of seconds`)
