@@ -7,7 +7,7 @@
 
 const path = require('node:path')
 const { spawn } = require('node:child_process')
-const { TARGET } = require('./helpers')
+const { TARGET, GEMMA, fullTest } = require('./helpers')
 const { until, importEsm } = require('./server-helpers')
 
 const ROOT = path.join(__dirname, '..')
@@ -418,3 +418,24 @@ describe('--cors-origins localhost and several API keys', () => {
   })
 })
 
+// test:full (14 s: gemma's inspection and load).
+fullTest('a model without a chat template chats in ChatML, as with llama-server', async () => {
+  // gemma-3-270m's GGUF has no tokenizer.chat_template.
+  const srv = spawn(process.execPath, [CLI, 'serve', '-m', GEMMA, '--port', '0', '-c', '512', '-np', '1', '--isolation', 'none'], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let log = ''
+  srv.stderr.on('data', (d) => (log += d))
+  try {
+    expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
+    const base = `http://127.0.0.1:${/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1]}`
+    expect((await (await fetch(`${base}/props`)).json()).chat_template).toMatch(/<\|im_start\|>/)
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, verbose: true }),
+    })
+    expect(res.status).toBe(200)
+    expect((await res.json()).__verbose.prompt).toBe('<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n')
+  } finally {
+    srv.kill()
+  }
+})

@@ -1,0 +1,310 @@
+// `llama-engine serve`: its flags (llama-server's, from the options table
+// in serve-options.mjs), one model or many behind the router, and the
+// server's life: listening, signals, shutdown.
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { createRequire } from 'node:module'
+import { UsageError, helpText, numberOf, parseTable } from './table.mjs'
+import { SERVE_GROUPS, SERVE_TABLE, modelFromHub, serveExtras } from './serve-options.mjs'
+import { BUILTIN_TEMPLATES, SIGNAL_EXIT, loadOptions, number } from './common.mjs'
+
+export const SERVE_USAGE = `Usage: llama-engine serve [options]
+
+An HTTP server over one model (or several): OpenAI's Chat Completions,
+Completions, Responses and embeddings APIs, Anthropic's Messages API,
+llama.cpp's endpoints, /health and Prometheus /metrics (--metrics). It takes
+llama-server's command line: its spellings mean what they mean there
+(docs/server.md, "Coming from llama-server").
+
+${helpText(SERVE_TABLE, SERVE_GROUPS)}
+With several models (--models, --model ALIAS=URI, --models-preset), the request's
+"model" picks; each loads on demand in its own child process; GET /v1/models lists
+them with their state. The model flags (--ctx-size, --parallel, --threads, --draft,
+--lora, …) apply to every model. POST /models/load and /models/unload { "model": ALIAS }.
+
+SIGTERM or SIGINT: queued requests get 503, running ones finish (or are
+aborted after the grace period), the engine is disposed; exit code 143/130.
+`
+
+/** Parses `serve`'s flags into { help, load, listen: { host, port }, server }. Throws UsageError. */
+export function parseServe(argv, env = process.env) {
+  const { values: v, given } = parseTable(argv, SERVE_TABLE, env)
+  const nonNegative = (flag, text) => {
+    const n = number(flag, text, 'int')
+    if (n < 0) throw new UsageError(`--${flag}: expected a non-negative integer, got ${JSON.stringify(text)}`)
+    return n
+  }
+  const server = serveExtras(v, given, env)
+  if (v['max-queue'] !== undefined) server.maxQueue = nonNegative('max-queue', v['max-queue'])
+  if (v['allow-remote-media']) server.allowRemoteMedia = true
+  if (v['headers-timeout'] !== undefined) server.headersTimeoutMs = nonNegative('headers-timeout', v['headers-timeout'])
+  if (v['request-timeout'] !== undefined) server.requestTimeoutMs = nonNegative('request-timeout', v['request-timeout'])
+  if (v['shutdown-grace'] !== undefined) server.shutdownGraceMs = nonNegative('shutdown-grace', v['shutdown-grace'])
+  if (v['responses-max'] !== undefined) server.responsesMax = nonNegative('responses-max', v['responses-max'])
+  if (v['responses-max-bytes'] !== undefined) server.responsesMaxBytes = nonNegative('responses-max-bytes', v['responses-max-bytes'])
+  if (v['responses-file'] !== undefined) {
+    if (v['responses-file'] === '') throw new UsageError('--responses-file: expected a path')
+    server.responsesFile = v['responses-file']
+  }
+  const port = nonNegative('port', v.port ?? '8080')
+  if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
+  const isolation = v.isolation ?? 'process'
+  const listen = { host: v.host ?? '127.0.0.1', port }
+  const hub = modelFromHub(v)
+  if (hub !== undefined && v.model !== undefined) throw new UsageError(`${given['hf-repo'] ?? given['model-url']}: a model is named by --model already`)
+  const models = v.model ?? (hub !== undefined ? [hub] : [])
+  Object.assign(v, serveLoadValues(v, given))
+  const aliased = models.filter((m) => isAlias(m))
+  const many = v.models !== undefined || v['models-preset'] !== undefined || aliased.length > 0
+  if (!many) {
+    for (const flag of ['models-max', 'memory-max', 'idle-unload', 'pin']) {
+      if (v[flag] !== undefined) throw new UsageError(`--${flag} goes with many models: --models DIR, --model ALIAS=URI or --models-preset FILE`)
+    }
+    if (models.length > 1) throw new UsageError('--model: one model, or several as --model ALIAS=URI')
+    const load = { ...loadOptions({ ...v, model: models[0] }, env), ...serveLoad(v, given), isolation }
+    return { help: Boolean(v.help), load, listen, server }
+  }
+  if (aliased.length !== models.length) throw new UsageError('--model: with several models, each is ALIAS=URI')
+  const { modelPath, ...shared } = { ...loadOptions({ ...v, model: undefined }, env), ...serveLoad(v, given) }
+  const router = { models: [], dir: v.models, engineOptions: { ...shared, isolation } }
+  const add = (name, uri, extra = {}) => {
+    if (router.models.some((m) => m.name === name)) throw new UsageError(`the model ${JSON.stringify(name)} is named twice`)
+    router.models.push({ name, uri, ...extra })
+  }
+  for (const m of aliased) {
+    const i = m.indexOf('=')
+    add(m.slice(0, i), uriOf(m.slice(i + 1)))
+  }
+  if (v['models-preset'] !== undefined) for (const [name, m] of Object.entries(readPreset(v['models-preset']))) add(name, m.uri, m)
+  if (v['models-max'] !== undefined) router.modelsMax = positive('models-max', v['models-max'])
+  if (v['memory-max'] !== undefined) router.memoryMax = bytesFlag('memory-max', v['memory-max'])
+  if (v['idle-unload'] !== undefined) router.idleUnloadMs = positive('idle-unload', v['idle-unload']) * 1000
+  router.pin = v.pin ?? []
+  return { help: Boolean(v.help), router, listen, server }
+}
+
+/**
+ * llama-server's spellings of the shared model flags, as loadOptions reads
+ * them: -1 threads and slots are the defaults, -c 0 the model's context,
+ * --lora's comma-separated list.
+ */
+function serveLoadValues(v, given) {
+  const out = {}
+  if (v.threads !== undefined && numberOf(given.threads, v.threads, 'int') === -1) out.threads = undefined
+  if (v.parallel !== undefined && numberOf(given.parallel, v.parallel, 'int') === -1) out.parallel = undefined
+  if (v['ctx-size'] !== undefined && numberOf(given['ctx-size'], v['ctx-size'], 'int') === 0) out['ctx-size'] = String(1 << 20)
+  if (v.lora !== undefined) out.lora = v.lora.flatMap((l) => l.split(',')).filter((l) => l !== '')
+  return out
+}
+
+/** The load options only serve has. */
+function serveLoad(v, given) {
+  const load = {}
+  if (v['batch-size'] !== undefined) load.batchSize = numberOf(given['batch-size'], v['batch-size'], 'int')
+  if (v.offline) load.offline = true
+  if (v['n-gpu-layers'] !== undefined) {
+    const t = v['n-gpu-layers']
+    if (t === 'all') load.gpuLayers = 99
+    else if (t !== 'auto') load.gpuLayers = numberOf(given['n-gpu-layers'], t, 'int')
+  }
+  if (v.pooling !== undefined) {
+    if (v.pooling === 'none' || v.pooling === 'rank') throw new UsageError(`${given.pooling}: ${v.pooling} is not supported yet (mean, cls, last)`)
+    load.pooling = v.pooling
+  }
+  if (v['cache-ram'] !== undefined) {
+    const mib = numberOf(given['cache-ram'], v['cache-ram'], 'int')
+    if (mib < -1) throw new UsageError(`${given['cache-ram']}: expected -1, 0 or a number of MiB`)
+    load.promptCacheMB = mib === -1 ? 1 << 20 : mib
+  }
+  return load
+}
+
+/** `ALIAS=URI`: a name without a path separator before the first `=`. */
+const isAlias = (spec) => /^[^=/\\]+=./.test(spec) && !existsSync(spec)
+// hf: and https: models stay URIs: load() fetches them (resolveModel).
+const uriOf = (m) => (/^(hf:|https?:\/\/)/i.test(m) ? m : resolve(m))
+
+function positive(flag, text) {
+  const n = number(flag, text, 'int')
+  if (n <= 0) throw new UsageError(`--${flag}: expected a positive integer, got ${JSON.stringify(text)}`)
+  return n
+}
+
+/** Bytes with an optional K, M, G or T suffix (powers of 1024). */
+function bytesFlag(flag, text) {
+  const m = /^(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?$/i.exec(String(text).trim())
+  if (!m) throw new UsageError(`--${flag}: expected bytes (e.g. 8G, 512M, 1073741824), got ${JSON.stringify(text)}`)
+  const power = { K: 1, M: 2, G: 3, T: 4 }[(m[2] ?? 'B')[0].toUpperCase()] ?? 0
+  const n = Math.floor(Number(m[1]) * 1024 ** power)
+  if (!(n > 0) || !Number.isSafeInteger(n)) throw new UsageError(`--${flag}: expected a positive size, got ${JSON.stringify(text)}`)
+  return n
+}
+
+/** A presets file: `{ ALIAS: { model, pinned?, options? } }`, paths relative to the file. */
+function readPreset(file) {
+  let preset
+  try {
+    preset = JSON.parse(readFileSync(file, 'utf8'))
+  } catch (e) {
+    throw new UsageError(`--models-preset: cannot read ${file} (${e.code || e.message})`)
+  }
+  if (preset === null || typeof preset !== 'object' || Array.isArray(preset)) throw new UsageError('--models-preset: expected a JSON object of ALIAS: { model, pinned?, options? }')
+  const base = dirname(resolve(file))
+  const out = {}
+  for (const [name, m] of Object.entries(preset)) {
+    if (m === null || typeof m !== 'object' || typeof m.model !== 'string' || m.model === '') throw new UsageError(`--models-preset: ${name}: expected { "model": PATH|URI, … }`)
+    if (m.options != null && (typeof m.options !== 'object' || Array.isArray(m.options))) throw new UsageError(`--models-preset: ${name}.options: expected an object of EngineOptions`)
+    const uri = /^(hf:|https?:\/\/)/i.test(m.model) ? m.model : resolve(base, m.model)
+    out[name] = { uri, pinned: m.pinned === true, ...(m.options ? { options: m.options } : {}) }
+  }
+  return out
+}
+
+/**
+ * The models of `--models DIR`: every GGUF in it that is a model (not a
+ * projector or a LoRA adapter), named by its file without `.gguf`, with
+ * inspect's estimate of its memory for the context and slots asked.
+ */
+/**
+ * The load options with ChatML for a model whose GGUF has no chat template
+ * (as llama-server chats with such a model), unless --chat-template gave one.
+ */
+async function withChatTemplate(load, inspectModel) {
+  if (load.chatTemplate !== undefined) return load
+  const info = await inspectModel(load.modelPath, { offline: load.offline, contextSize: 256, parallel: 1 }).catch(() => null)
+  if (info?.kind === 'model' && !info.chatTemplate && !info.chatTemplateError) return { ...load, chatTemplate: BUILTIN_TEMPLATES.chatml }
+  return load
+}
+
+async function modelsIn(dir, inspectModel, load) {
+  let names
+  try {
+    names = readdirSync(dir)
+      .filter((f) => /\.gguf$/i.test(f))
+      .sort()
+  } catch (e) {
+    throw new UsageError(`--models: cannot read ${dir} (${e.code || e.message})`)
+  }
+  const out = []
+  for (const f of names) {
+    const path = join(resolve(dir), f)
+    let info
+    try {
+      info = await inspectModel(path, { contextSize: load.contextSize ?? 4096, parallel: load.parallel ?? 4 })
+    } catch {
+      continue // not a GGUF this build reads: not served
+    }
+    if (info.kind !== 'model') continue
+    const model = { name: f.replace(/\.gguf$/i, ''), uri: path, bytes: typeof info.memory?.total === 'number' ? info.memory.total : info.fileBytes }
+    // As llama-server: a model without a chat template chats in ChatML.
+    if (load.chatTemplate === undefined && !info.chatTemplate && !info.chatTemplateError) model.options = { chatTemplate: BUILTIN_TEMPLATES.chatml }
+    out.push(model)
+  }
+  return out
+}
+
+/** `llama-engine serve`: listens at once (/health says "loading" meanwhile); resolves with the exit code. */
+export async function serve(argv) {
+  const { stdout, stderr } = process
+  let cli
+  try {
+    cli = parseServe(argv)
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e
+    stderr.write(`llama-engine serve: ${e.message}\n\n${SERVE_USAGE}`)
+    return 2
+  }
+  if (cli.help) {
+    stdout.write(SERVE_USAGE)
+    return 0
+  }
+  const require = createRequire(import.meta.url)
+  const { LlamaEngine, inspectModel } = require('../../index.js')
+  const { createServer } = require('../../server/index.js')
+  // A line on stderr for every answer the server failed (5xx), with its cause.
+  const onError = (e, r) => stderr.write(`${new Date().toISOString()} ${r.status} ${r.method} ${r.path}${r.streaming ? ' (mid-stream)' : ''}: ${e.code}: ${e.message}\n`)
+  if (!cli.router) {
+    const loading = withChatTemplate(cli.load, inspectModel).then((load) => LlamaEngine.load(load))
+    loading.catch(() => {})
+    const server = createServer({ ...cli.server, engine: loading, signals: false, onError })
+    return runServer(server, cli.listen, { serving: `loading ${cli.load.modelPath}`, loading, disposed: 'engine disposed' })
+  }
+  // Many models: the directory's, the aliases' and the preset's, pinned as asked.
+  const { router } = cli
+  let models = router.models
+  let server
+  try {
+    if (router.dir !== undefined) {
+      for (const m of await modelsIn(router.dir, inspectModel, router.engineOptions)) {
+        if (!models.some((x) => x.name === m.name)) models = [...models, m]
+      }
+    }
+    if (models.length === 0) throw new UsageError(`--models: no model GGUF in ${router.dir}`)
+    for (const name of router.pin) {
+      const m = models.find((x) => x.name === name)
+      if (!m) throw new UsageError(`--pin: no model named ${JSON.stringify(name)} (${models.map((x) => x.name).join(', ')})`)
+      m.pinned = true
+    }
+    const { modelsMax, memoryMax, idleUnloadMs, engineOptions } = router
+    server = createServer({ ...cli.server, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, signals: false, onError })
+  } catch (e) {
+    if (!(e instanceof UsageError) && !(e instanceof TypeError)) throw e
+    stderr.write(`llama-engine serve: ${e.message}\n\n${SERVE_USAGE}`)
+    return 2
+  }
+  const names = models.map((m) => m.name + (m.pinned ? ' (pinned)' : '')).join(', ')
+  return runServer(server, cli.listen, { serving: `${models.length} models: ${names}`, loading: null, disposed: 'engines disposed' })
+}
+
+/**
+ * Listens, shuts down on SIGTERM/SIGINT (a second one ends the process at
+ * once) and resolves with the exit code: 0 when closed, 128 + the signal's
+ * number after one, 1 when it cannot listen or `loading` (the one model's
+ * load, if any) fails.
+ */
+async function runServer(server, listen, { serving, loading, disposed }) {
+  const { stderr } = process
+  const closed = new Promise((r) => server.on('close', r))
+  let signal = null
+  const onSignal = (name) => {
+    if (signal !== null) process.exit(SIGNAL_EXIT[name]) // a second one: now
+    signal = name
+    stderr.write(`${name}: shutting down (queued requests get 503, running ones may finish)\n`)
+    server.shutdown({ dispose: true }).then(() => stderr.write(`stopped; ${disposed}\n`))
+  }
+  const onSigint = () => onSignal('SIGINT')
+  const onSigterm = () => onSignal('SIGTERM')
+  process.on('SIGINT', onSigint)
+  process.on('SIGTERM', onSigterm)
+  try {
+    await new Promise((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(listen.port, listen.host, resolve)
+    })
+  } catch (e) {
+    stderr.write(`error: cannot listen on ${listen.host}:${listen.port} (${e.code || e.message})\n`)
+    await server.shutdown({ graceMs: 0, dispose: true })
+    return 1
+  }
+  const { address, port } = server.address()
+  const host = address.includes(':') ? `[${address}]` : address
+  stderr.write(`listening on http://${host}:${port}, ${serving}\n`)
+  if (server.responses.loadError) stderr.write(`warning: --responses-file ${server.responses.loadError}\n`)
+  else if (server.responses.file && server.responses.size) stderr.write(`${server.responses.size} kept responses read from ${server.responses.file}\n`)
+  if (loading) {
+    try {
+      await loading
+      stderr.write('model loaded\n')
+    } catch (e) {
+      stderr.write(`error ${e.code || 'INTERNAL'}: ${e.message}\n`)
+      await server.shutdown({ graceMs: 0 })
+      return 1
+    }
+  }
+  await closed
+  await server.shutdown({ dispose: true })
+  process.off('SIGINT', onSigint)
+  process.off('SIGTERM', onSigterm)
+  return signal ? SIGNAL_EXIT[signal] : 0
+}
+
