@@ -353,6 +353,30 @@ describe("serve answers as llama-server does (a server started with llama-server
     for (const c of chatProgress) expect(c.choices[0].delta).toEqual({ role: 'assistant', content: null })
   })
 
+  test('n choices: each its own generation, in its own index; the usage counts the prompt once, every choice\'s tokens', async () => {
+    const ask = { messages: [{ role: 'system', content: 'Book' }, { role: 'user', content: 'What is the best book' }], max_tokens: 4, ignore_eos: true, n: 2 }
+    const one = await (await post('/v1/chat/completions', { ...ask, n: 1 })).json()
+    const r = await (await post('/v1/chat/completions', ask)).json()
+    expect(r.choices.map((c) => [c.index, c.message.role, c.finish_reason])).toEqual([
+      [0, 'assistant', 'length'],
+      [1, 'assistant', 'length'],
+    ])
+    // --temp 0: both are the greedy answer.
+    for (const c of r.choices) expect(c.message.content).toBe(one.choices[0].message.content)
+    expect(r.usage).toMatchObject({ prompt_tokens: one.usage.prompt_tokens, completion_tokens: 8 })
+    const chunks = await events(await post('/v1/chat/completions', { ...ask, stream: true, stream_options: { include_usage: true } }))
+    for (const index of [0, 1]) {
+      const mine = chunks.filter((c) => c.choices[0]?.index === index)
+      expect(mine[0].choices[0].delta).toEqual({ role: 'assistant', content: null })
+      expect(mine.map((c) => c.choices[0].delta.content ?? '').join('')).toBe(one.choices[0].message.content)
+      expect(mine.at(-1).choices[0].finish_reason).toBe('length')
+    }
+    expect(chunks.at(-1).usage.completion_tokens).toBe(8)
+    const text = await (await post('/v1/completions', { prompt: 'Once upon a time', max_tokens: 3, n: 3 })).json()
+    expect(text.choices.map((c) => c.index)).toEqual([0, 1, 2])
+    expect((await post('/v1/chat/completions', { ...ask, n: 17 })).status).toBe(400)
+  })
+
   test("GET /v1/models: aliases, tags, capabilities and the model's sizes; /v1/health; /v1/chat/completions/input_tokens", async () => {
     const models = await (await fetch(`${base}/v1/models`)).json()
     expect(models.data[0]).toMatchObject({ id: 'tinyllama-2', aliases: ['tinyllama-2'], tags: ['chat', 'small'], capabilities: ['completion'], meta: { n_ctx: 1024 } })

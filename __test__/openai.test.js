@@ -129,7 +129,7 @@ describe('OpenAI API with the official client', () => {
 
   test("a client's mistake is a 400 naming the field, not retried", async () => {
     for (const [body, param] of [
-      [{ model: MODEL, messages, n: 2 }, 'n'],
+      [{ model: MODEL, messages, n: 0 }, 'n'],
       [{ model: MODEL, messages: [{ role: 'user', content: 5 }] }, 'messages[0].content'],
       [{ model: MODEL, messages, top_p: 7 }, 'top_p'],
       [{ model: MODEL, messages, response_format: { type: 'xml' } }, 'response_format.type'],

@@ -18,7 +18,6 @@ const PASSTHROUGH = passthrough(['prompt', 'messages', 'logit_bias'])
 /** The engine request fields shared by both endpoints. */
 function commonFields(body) {
   const req = {}
-  if (body.n != null && body.n !== 1) throw invalid('n', `only 1 choice per request is supported, got ${JSON.stringify(body.n)}`)
   const max = body.max_completion_tokens ?? body.max_tokens
   if (max != null) {
     const name = body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens'
@@ -130,27 +129,40 @@ function chatDelta(event) {
   return Object.keys(delta).length ? delta : null
 }
 
-function usage(result) {
+/**
+ * Usage of the n choices of one request: the prompt once (each choice
+ * reads it; those after the first mostly from the cache), the tokens of
+ * every choice.
+ */
+function usage(results) {
+  const [first] = results
+  const completion = results.reduce((sum, r) => sum + r.tokens_predicted, 0)
   return {
-    prompt_tokens: result.tokens_evaluated,
-    completion_tokens: result.tokens_predicted,
-    total_tokens: result.tokens_evaluated + result.tokens_predicted,
+    prompt_tokens: first.tokens_evaluated,
+    completion_tokens: completion,
+    total_tokens: first.tokens_evaluated + completion,
     // Prompt tokens whose KV cells were reused (this slot's, another
     // slot's, the prompt cache's or a loaded session's), not computed.
-    prompt_tokens_details: { cached_tokens: result.tokens_cached },
+    prompt_tokens_details: { cached_tokens: first.tokens_cached },
   }
 }
 
+// Most choices (`n`) one request may ask for.
+const MAX_CHOICES = 16
+
 /**
  * The generation route of /v1/chat/completions ('chat') and /v1/completions
- * ('text'): one engine request, OpenAI's shapes around it.
+ * ('text'): one engine request (n with `n`), OpenAI's shapes around it.
  */
 function completionRoute(kind) {
   const chat = kind === 'chat'
+  const all = (r) => (Array.isArray(r) ? r : [r])
   return {
     toEngine(body, ctx) {
       const request = chat ? chatRequest(body) : completionRequest(body)
       if (chat) checkContinuation(body, request.messages)
+      const n = body.n ?? 1
+      if (!Number.isInteger(n) || n < 1 || n > MAX_CHOICES) throw invalid('n', `expected an integer from 1 to ${MAX_CHOICES}, got ${JSON.stringify(body.n)}`)
       // `logprobs` (and `top_logprobs`): the engine's n_probs.
       const probs = openaiLogprobs(body, chat)
       if (probs.n > 0 && request.n_probs == null) request.n_probs = probs.n
@@ -160,68 +172,77 @@ function completionRoute(kind) {
         model: ctx.modelName(),
         system_fingerprint: systemFingerprint(),
       }
-      return { request, paramOf: chatParam, body, head, probs, generated: [], ids: [], verbose: body.verbose === true || ctx.server.verbose }
+      // Per choice: the tokens kept for their probabilities.
+      const choices = Array.from({ length: n }, () => ({ generated: [] }))
+      return { request, paramOf: chatParam, body, head, probs, n, choices, ids: [], verbose: body.verbose === true || ctx.server.verbose }
     },
-    observe(event, turn) {
-      if (event.type === 'token' && turn.probs.n > 0) turn.generated.push(...event.tokens)
+    observe(event, turn, i = 0) {
+      if (event.type === 'token' && turn.probs.n > 0) turn.choices[i].generated.push(...event.tokens)
     },
     reply(result, turn) {
-      const { head, probs, generated } = turn
-      const content = probs.n > 0 ? tokenProbs(generated, probs) : undefined
-      const logprobs = content ? { content } : null
-      const choice = chat
-        ? { index: 0, message: chatMessage(result), logprobs, finish_reason: finishReason(result) }
-        : { index: 0, text: result.content, logprobs, finish_reason: finishReason(result) }
-      const answer = { ...head, object: chat ? 'chat.completion' : 'text_completion', choices: [choice], usage: usage(result), timings: result.timings }
-      return withVerbose(answer, result, turn)
+      const { head, probs } = turn
+      const results = all(result)
+      const choices = results.map((r, index) => {
+        const content = probs.n > 0 ? tokenProbs(turn.choices[index].generated, probs) : undefined
+        const logprobs = content ? { content } : null
+        return chat
+          ? { index, message: chatMessage(r), logprobs, finish_reason: finishReason(r) }
+          : { index, text: r.content, logprobs, finish_reason: finishReason(r) }
+      })
+      const answer = { ...head, object: chat ? 'chat.completion' : 'text_completion', choices, usage: usage(results), timings: results[0].timings }
+      return withVerbose(answer, results[0], { ...turn, generated: turn.choices[0].generated })
     },
     streamEvents(turn, sse) {
       const { body, head, probs } = turn
       const object = chat ? 'chat.completion.chunk' : 'text_completion'
-      // Tokens whose text was held back (a stop string's prefix) give their
-      // probabilities with the next chunk that has text.
-      let pending = []
-      const chunk = ({ delta, text, finish_reason = null, usage: u }) => {
+      // Per choice: tokens whose text was held back (a stop string's
+      // prefix) give their probabilities with its next chunk that has text;
+      // whether its first chunk (the role) was sent.
+      const state = turn.choices.map(() => ({ pending: [], first: true }))
+      const chunk = ({ delta, text, finish_reason = null, usage: u, index = 0 }) => {
         const c = { ...head, object, choices: [] }
         let logprobs = null
-        if (pending.length && finish_reason === null && !u && !delta?.role) {
-          logprobs = { content: tokenProbs(pending, probs) }
-          pending = []
+        const st = state[index]
+        if (st.pending.length && finish_reason === null && !u && !delta?.role) {
+          logprobs = { content: tokenProbs(st.pending, probs) }
+          st.pending = []
         }
-        if (delta) c.choices.push({ index: 0, delta, logprobs, finish_reason })
-        if (text != null) c.choices.push({ index: 0, text, logprobs, finish_reason })
+        if (delta) c.choices.push({ index, delta, logprobs, finish_reason })
+        if (text != null) c.choices.push({ index, text, logprobs, finish_reason })
         if (u) c.usage = u
         return c
       }
-      let first = true
-      const role = () => {
+      const role = (index) => {
         // llama-server's first chunk: the role, content null.
-        if (first && chat) sse.send(chunk({ delta: { role: 'assistant', content: null } }))
-        first = false
+        if (state[index].first && chat) sse.send(chunk({ delta: { role: 'assistant', content: null }, index }))
+        state[index].first = false
       }
       return {
-        event(event) {
+        event(event, index = 0) {
           if (event.type === 'progress') {
             // return_progress: llama-server's chunk, the role and `prompt_progress`.
             const { type, ...prompt_progress } = event
             const fields = chat ? { delta: { role: 'assistant', content: null } } : { text: '' }
-            sse.send({ ...chunk(fields), prompt_progress })
-            first = false
+            sse.send({ ...chunk({ ...fields, index }), prompt_progress })
+            state[index].first = false
             return
           }
           if (event.type !== 'token') return
-          if (probs.n > 0) pending.push(...event.tokens)
+          if (probs.n > 0) state[index].pending.push(...event.tokens)
           const fields = chat ? { delta: chatDelta(event) } : { text: event.content || null }
           if (!fields.delta && !fields.text) return
-          role()
-          sse.send(chunk(fields))
+          role(index)
+          sse.send(chunk({ ...fields, index }))
         },
         end(result) {
-          role()
-          // The last chunk carries the timings (and __verbose), as llama-server's.
-          const last = chunk({ ...(chat ? { delta: {} } : { text: '' }), finish_reason: finishReason(result) })
-          sse.send(withVerbose({ ...last, timings: result.timings }, result, { ...turn, generated: [] }))
-          if (body.stream_options?.include_usage === true) sse.send({ ...chunk({ usage: usage(result) }), timings: result.timings })
+          const results = all(result)
+          results.forEach((r, index) => {
+            role(index)
+            // The last chunk carries the timings (and __verbose), as llama-server's.
+            const last = chunk({ ...(chat ? { delta: {} } : { text: '' }), finish_reason: finishReason(r), index })
+            sse.send(withVerbose({ ...last, timings: r.timings }, r, { ...turn, generated: [] }))
+          })
+          if (body.stream_options?.include_usage === true) sse.send({ ...chunk({ usage: usage(results) }), timings: results[0].timings })
           sse.send('[DONE]')
         },
         fail: (e) => sse.send(openaiErrorBody(e)),

@@ -30,6 +30,10 @@
 //                                  stream began, as this API's events on
 //                                  `sse` (`send(data, event?)`)
 //
+// With `turn.n` > 1 (OpenAI's `n`), the request runs n times side by side
+// and observe / event take the choice's index as a third / second
+// argument; reply and end get the n results, in order.
+//
 // Any other route (models, tokenize, embeddings, count_tokens, …) is a plain
 // handler, `async (ctx) => …`, answering with ctx.json().
 //
@@ -53,17 +57,21 @@ function generation(route) {
     ctx.paramOf = turn.paramOf
     // `verbose` (llama-server's __verbose): the prompt as the model reads it.
     if (turn.verbose || turn.wantsPrompt) turn.prompt = ctx.promptText(turn.request)
+    const n = turn.n ?? 1
+    // The n choices, each its own generation (side by side as slots allow).
+    const each = (onEvent) => Promise.all(Array.from({ length: n }, (_, i) => ctx.generate(turn.request, onEvent && ((event) => onEvent(event, i)))))
     if (body.stream !== true) {
-      const result = await ctx.generate(turn.request, route.observe && ((event) => route.observe(event, turn)))
-      ctx.json(200, route.reply(result, turn))
+      const observe = route.observe && ((event, i) => route.observe(event, turn, i))
+      const results = await each(observe)
+      ctx.json(200, route.reply(n === 1 ? results[0] : results, turn))
       return
     }
     const sse = ctx.sse()
     const events = await route.streamEvents(turn, sse, ctx)
     // Once the stream began, an error is its last event (the status is already 200).
     ctx.onStreamError = (e) => events.fail(e)
-    const result = await ctx.generate(turn.request, (event) => events.event(event))
-    events.end(result)
+    const results = await each((event, i) => events.event(event, i))
+    events.end(n === 1 ? results[0] : results)
     sse.end()
   }
 }
