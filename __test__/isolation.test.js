@@ -81,6 +81,13 @@ describe('isolation: process', () => {
       const [a, b] = await Promise.all([engine.embed('a lighthouse'), local.embed('a lighthouse')])
       expect(Array.from(a.embeddings[0])).toEqual(Array.from(b.embeddings[0]))
       await expect(engine.complete({ prompt: 'x', top_p: 5 })).rejects.toMatchObject({ code: 'INVALID_REQUEST', field: 'top_p' })
+      // Events of every type cross (progress events came first and ended the request here once).
+      const withProgress = await run(engine, { ...GREEDY, return_progress: true, cache_prompt: false })
+      expect(withProgress.events.filter((e) => e.type === 'progress').length).toBeGreaterThanOrEqual(2)
+      expect(withProgress.result.content).toBe(expected.result.content)
+      // CONTEXT_EXCEEDED's numbers cross too.
+      const long = 'word '.repeat(3000)
+      await expect(engine.complete({ prompt: long, context_shift: false })).rejects.toMatchObject({ code: 'CONTEXT_EXCEEDED', contextSize: 2048, promptTokens: local.tokenize(long).length })
       expect(() => engine.detokenize([1e9])).toThrow(expect.objectContaining({ code: 'INVALID_REQUEST' }))
     } finally {
       await engine.dispose()

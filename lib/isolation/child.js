@@ -62,8 +62,9 @@ function forward(id, { events }) {
       send({ t: 'status', status: status() })
       return
     }
-    // Token events are JSON objects starting with {"type":"token"; the last is "done".
-    const last = !out.startsWith('{"type":"token"')
+    // Events are JSON objects starting with {"type":…: "token" and
+    // "progress" ones, then the last, "done".
+    const last = out.startsWith('{"type":"done"')
     if (last) ids.delete(id)
     send({ t: 'event', id, text: out, last })
     if (last) send({ t: 'status', status: status() })
