@@ -67,6 +67,9 @@ const MODEL_FOR = {
   // tests say what the server lacks rather than what the network does.
   'ggml-org/models/jina-reranker-v1-tiny-en/ggml-model-f16.gguf': 'SmolLM2-135M-Instruct.Q4_1.gguf',
 }
+// The projector that comes with a vision model of the suite (fetched by
+// llama-server with -hf): the test projector made for gemma-3-270m.
+const MMPROJ_FOR = { 'ggml-org/tinygemma3-GGUF:Q8_0': 'gemma-3-270m.mmproj-test.gguf' }
 const wrapper = join(work, 'llama-server')
 writeFileSync(
   wrapper,
@@ -74,6 +77,7 @@ writeFileSync(
 // llama-server for llama.cpp's tests: llama-engine serve, local models for the suite's.
 const MODELS = ${JSON.stringify(models)}
 const MODEL_FOR = ${JSON.stringify(MODEL_FOR)}
+const MMPROJ_FOR = ${JSON.stringify(MMPROJ_FOR)}
 const argv = process.argv.slice(2)
 const out = []
 let repo, file
@@ -83,9 +87,12 @@ for (let i = 0; i < argv.length; i++) {
   else out.push(argv[i])
 }
 if (repo !== undefined) {
-  const name = MODEL_FOR[file ? repo + '/' + file : repo]
+  const key = file ? repo + '/' + file : repo
+  const name = MODEL_FOR[key]
   if (name) out.push('--model', require('node:path').join(MODELS, name))
   else out.push('--hf-repo', repo, ...(file ? ['--hf-file', file] : []))
+  // Its projector, as llama-server fetches the one of a vision model's repository.
+  if (name && MMPROJ_FOR[key] && !out.includes('--no-mmproj')) out.push('--mmproj', require('node:path').join(MODELS, MMPROJ_FOR[key]))
 }
 import(${JSON.stringify(join(root, 'bin', 'llama-engine.mjs'))}).then((m) => m.main(['serve', ...out])).then((code) => process.exit(code))
 `,

@@ -129,6 +129,8 @@ class Lane {
     try {
       const result = await this.engine.embed(input, embedOptions)
       this.metrics.embeddingTokens += result.tokens ?? 0
+      // llama-server counts an embedding's input as prompt tokens processed.
+      this.metrics.llama.prompt += result.tokens ?? 0
       return result
     } finally {
       this.lastUsed = Date.now()
