@@ -42,9 +42,11 @@ describe('no request waits on another', () => {
   beforeAll(async () => {
     engine = await loadTarget({ contextSize: 1024, parallel: 2 })
     // The server in a process of its own, as `llama-engine serve` runs: this
-    // process only sends the bodies and times the neighbour's stream.
+    // process only sends the bodies and times the neighbour's stream. With
+    // the context shift, the 5 MB chat is truncated and answered (without
+    // it, serve answers llama-server's 400 once it has read and tokenized it).
     const cli = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
-    server = spawn(process.execPath, [cli, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '1024', '--parallel', '2', '--isolation', 'none'], {
+    server = spawn(process.execPath, [cli, 'serve', '--model', TARGET, '--port', '0', '--ctx-size', '1024', '--parallel', '2', '--isolation', 'none', '--context-shift'], {
       stdio: ['ignore', 'ignore', 'pipe'],
     })
     let log = ''
