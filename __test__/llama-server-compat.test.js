@@ -389,6 +389,12 @@ describe("serve answers as llama-server does (a server started with llama-server
     expect(input_tokens).toBe(tokens.length)
   })
 
+  test('POST /infill reads its fields as /completion does (the fill itself: test:real, on a code model)', async () => {
+    const missing = await post('/infill', { input_prefix: 'x = ' })
+    expect(missing.status).toBe(400)
+    expect((await missing.json()).error.message).toMatch(/input_suffix/)
+  })
+
   test('--no-slots: GET /slots is 501; so are the rerank endpoints (not built yet)', async () => {
     const res = await fetch(`${base}/slots`)
     expect(res.status).toBe(501)

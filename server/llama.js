@@ -275,8 +275,8 @@ const completion = {
  */
 const infill = {
   ...completion,
-  toEngine: (body) => {
-    const turn = completion.toEngine(body)
+  toEngine: (body, ctx) => {
+    const turn = completion.toEngine(body, ctx)
     for (const field of ['input_prefix', 'input_suffix']) {
       if (turn.request[field] == null) throw invalid(field, 'required (fill-in-the-middle: the text before and after the gap)')
     }
