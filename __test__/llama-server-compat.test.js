@@ -8,7 +8,7 @@
 const path = require('node:path')
 const { spawn } = require('node:child_process')
 const { TARGET, GEMMA, fullTest } = require('./helpers')
-const { until, importEsm } = require('./server-helpers')
+const { until, importEsm, startServer, stopServer } = require('./server-helpers')
 
 const ROOT = path.join(__dirname, '..')
 const CLI = path.join(ROOT, 'bin', 'llama-engine.mjs')
@@ -62,6 +62,27 @@ describe("serve reads llama-server's command line", () => {
     expect(parseServe(['-m', TARGET, '--chat-template', '{{ messages[0].content }}'], {}).load.chatTemplate).toBe('{{ messages[0].content }}')
     const file = path.join(__dirname, 'fixtures', 'chat-templates', 'NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja')
     expect(parseServe(['-m', TARGET, '--chat-template-file', file], {}).load.chatTemplate).toMatch(/tool/)
+  })
+
+  test("each built-in template name renders llama.cpp's format (the cases of its test-chat-template.cpp); other text is a template", async () => {
+    const { parseServe, UsageError } = await cli()
+    const { BUILTIN_TEMPLATES } = await importEsm(path.join(ROOT, 'bin', 'cli', 'builtin-templates.mjs'))
+    const fixture = require('./fixtures/chat-templates/builtin-names.json')
+    expect(fixture.cases.map((c) => c.name).sort()).toEqual(Object.keys(BUILTIN_TEMPLATES).sort())
+    // Rendered by the engine's template code over the vocabulary alone (what an isolated engine's parent keeps).
+    const { NativeVocab } = require('../lib/addon/native.js').binding
+    for (const { name, expected } of fixture.cases) {
+      const chatTemplate = parseServe(['-m', TARGET, '--chat-template', name], {}).load.chatTemplate
+      const vocab = await NativeVocab.load(JSON.stringify({ modelPath: TARGET, chatTemplate }))
+      try {
+        expect({ name, prompt: vocab.applyChatTemplate(JSON.stringify({ messages: fixture.messages }), true) }).toEqual({ name, prompt: expected })
+      } finally {
+        vocab.dispose()
+      }
+    }
+    // llama-server renders any other text as a Jinja template; a missing file or an unknown name is an error here.
+    expect(parseServe(['-m', TARGET, '--chat-template', 'This is not a chat template, it is'], {}).load.chatTemplate).toBe('This is not a chat template, it is')
+    for (const text of ['command-r9', 'templates/missing.jinja']) expect(() => parseServe(['-m', TARGET, '--chat-template', text], {})).toThrow(UsageError)
   })
 
   test('a flag of llama-server this server lacks is an error naming it; unknown ones too', async () => {
@@ -407,12 +428,13 @@ describe("serve answers as llama-server does (a server started with llama-server
   })
 })
 
-describe('--cors-origins localhost and several API keys', () => {
+describe('--cors-origins localhost, several API keys, --reasoning off', () => {
   let srv
   let base
   let log = ''
   beforeAll(async () => {
-    srv = spawn(process.execPath, [CLI, 'serve', '-m', TARGET, '--port', '0', '-c', '512', '--isolation', 'none', '--cors-origins', 'localhost', '--api-key', 'first,second'], { stdio: ['ignore', 'ignore', 'pipe'] })
+    const qwen3 = path.join(__dirname, 'fixtures', 'chat-templates', 'Qwen-Qwen3-0.6B.jinja')
+    srv = spawn(process.execPath, [CLI, 'serve', '-m', TARGET, '--port', '0', '-c', '512', '--isolation', 'none', '--cors-origins', 'localhost', '--api-key', 'first,second', '--jinja', '--chat-template-file', qwen3, '--reasoning', 'off'], { stdio: ['ignore', 'ignore', 'pipe'] })
     srv.stderr.on('data', (d) => (log += d))
     expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
     base = `http://127.0.0.1:${/listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1]}`
@@ -440,12 +462,45 @@ describe('--cors-origins localhost and several API keys', () => {
     expect((await res.json()).error.type).toBe('not_supported_error')
   })
 
+  test("--reasoning off reaches every rendering of the chat: /apply-template and the token counts (Qwen3's template closes its thinking)", async () => {
+    const headers = { authorization: 'Bearer first', 'content-type': 'application/json' }
+    const messages = [{ role: 'user', content: 'What is today?' }]
+    const render = async (body) => (await (await fetch(`${base}/apply-template`, { method: 'POST', headers, body: JSON.stringify(body) })).json()).prompt
+    expect(await render({ messages })).toMatch(/<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n$/)
+    expect(await render({ messages, tools: [] })).toMatch(/<\/think>\n\n$/)
+    // A request's own kwargs win over the server's.
+    expect(await render({ messages, chat_template_kwargs: { enable_thinking: true } })).toMatch(/<\|im_start\|>assistant\n$/)
+    const count = async (kwargs) => (await (await fetch(`${base}/v1/chat/completions/input_tokens`, { method: 'POST', headers, body: JSON.stringify({ messages, chat_template_kwargs: kwargs }) })).json()).input_tokens
+    expect(await count(undefined)).toBeGreaterThan(await count({ enable_thinking: true }))
+    const anthropic = await (await fetch(`${base}/v1/messages/count_tokens`, { method: 'POST', headers, body: JSON.stringify({ model: 'm', messages }) })).json()
+    expect(anthropic.input_tokens).toBe(await count(undefined))
+  })
+
   test('each of the keys opens the server; another does not', async () => {
     for (const key of ['first', 'second']) expect((await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200)
     const res = await fetch(`${base}/v1/models`, { headers: { authorization: 'Bearer third' } })
     expect(res.status).toBe(401)
     expect((await res.json()).error.type).toBe('authentication_error')
   })
+})
+
+test("a chat's template gets llama-server's date_string (today) unless the request sets it; the library API renders as transformers", async () => {
+  const fs = require('node:fs')
+  const chatTemplate = fs.readFileSync(path.join(__dirname, 'fixtures', 'chat-templates', 'meta-llama-Llama-3.3-70B-Instruct.jinja'), 'utf8')
+  const s = await startServer({}, { contextSize: 512, chatTemplate })
+  try {
+    const messages = [{ role: 'user', content: 'What is today?' }]
+    const render = async (body) => (await (await fetch(`${s.base}/apply-template`, { method: 'POST', body: JSON.stringify(body) })).json()).prompt
+    const now = new Date()
+    const today = `${String(now.getDate()).padStart(2, '0')} ${now.toLocaleString('en-US', { month: 'short' })} ${now.getFullYear()}`
+    const http = await render({ messages })
+    // (A render across midnight reads yesterday's date.)
+    expect(http.includes(`Today Date: ${today}`) || new Date().getDate() !== now.getDate()).toBe(true)
+    expect(await render({ messages, chat_template_kwargs: { date_string: '01 Jan 2030' } })).toContain('Today Date: 01 Jan 2030')
+    expect(s.engine.applyChatTemplate(messages)).toContain('Today Date: 26 Jul 2024')
+  } finally {
+    await stopServer(s)
+  }
 })
 
 // test:full (14 s: gemma's inspection and load).

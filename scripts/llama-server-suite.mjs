@@ -125,7 +125,8 @@ console.log(`llama-engine: ${count('passed')} passed, ${count('failed')} failed,
 
 const expected = existsSync(EXPECTED) ? JSON.parse(readFileSync(EXPECTED, 'utf8')) : { failures: {} }
 if (record) {
-  const failures = {}
+  // Tests that did not run (a -k selection) keep their entries, in their order.
+  const failures = Object.fromEntries(Object.entries(expected.failures).filter(([id]) => !outcome.has(id) || outcome.get(id) === 'failed'))
   for (const id of failed) failures[id] = expected.failures[id] ?? reasonFor(id, message.get(id) ?? '')
   writeFileSync(EXPECTED, `${JSON.stringify({ ...expected, failures }, null, 1)}\n`)
   console.log(`llama-engine: ${failed.length} expected failures written to scripts/llama-server-expected.json`)

@@ -344,7 +344,7 @@ const messages = {
   async streamEvents({ request, body, head }, sse, ctx) {
     // message_start carries the prompt's size before any token: estimated
     // here (the exact count comes with message_delta at the end).
-    const estimate = await promptTokens(ctx.engine, request).catch(() => 0)
+    const estimate = await promptTokens(ctx.engine, ctx.withDefaults(request)).catch(() => 0)
     return new MessageEvents(sse, head, body, estimate)
   },
 }
@@ -353,7 +353,7 @@ async function countTokens(ctx) {
   const body = await ctx.body()
   const { request, paramOf } = engineRequest(body, { count: true })
   ctx.paramOf = paramOf
-  ctx.json(200, { input_tokens: await promptTokens(ctx.engine, request) })
+  ctx.json(200, { input_tokens: await promptTokens(ctx.engine, ctx.withDefaults(request)) })
 }
 
 module.exports = {

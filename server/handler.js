@@ -14,6 +14,7 @@ const { Metrics } = require('./metrics.js')
 const { findRoute, protocolOf } = require('./protocols.js')
 const { ResponseStore } = require('./response-store.js')
 const { serverMedia } = require('./media.js')
+const { templateOptions } = require('./util.js')
 
 const DEFAULTS = {
   apiKey: undefined,
@@ -208,20 +209,18 @@ function createCore(engineOrPromise, options) {
           },
         }
       },
+      /** The request under the server's defaults (serve's --temp, --reasoning…). */
+      withDefaults: (request) => withTemplateDate(withDefaults(request, opts.requestDefaults)),
       /** The text a request's prompt is (a chat's messages rendered as the engine renders them). */
       promptText(request) {
-        request = withDefaults(request, opts.requestDefaults)
-        if (Array.isArray(request.messages)) {
-          const options = { addGenerationPrompt: true }
-          for (const f of ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']) if (request[f] != null) options[f] = request[f]
-          return lane.engine.applyChatTemplate(request.messages, options)
-        }
+        request = withTemplateDate(withDefaults(request, opts.requestDefaults))
+        if (Array.isArray(request.messages)) return lane.engine.applyChatTemplate(request.messages, templateOptions(request))
         if (typeof request.prompt === 'string') return request.prompt
         if (Array.isArray(request.prompt)) return request.prompt.map((x) => (typeof x === 'string' ? x : lane.engine.detokenize([x]))).join('')
         return ''
       },
       async generate(request, onEvent) {
-        request = textTokens(withDefaults(request, opts.requestDefaults), lane.engine)
+        request = textTokens(withTemplateDate(withDefaults(request, opts.requestDefaults)), lane.engine)
         request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, signal: exchange.signal })
         return lane.generate(exchange, t0, lane.engineRequest(request, requested), onEvent)
       },
@@ -361,6 +360,23 @@ function withDefaults(request, defaults) {
     else if (k === 'n_predict' && v >= 0 && Number.isInteger(out[k]) && (out[k] < 0 || out[k] > v)) out[k] = v
   }
   return out
+}
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec']
+
+/**
+ * llama-server's template variable `date_string`, today as "03 Dec 2026"
+ * (Llama 3.x's templates print it; they default to 26 Jul 2024 without
+ * it), under a chat request's own chat_template_kwargs. (`datetime`, the
+ * other, the engine sets everywhere.)
+ */
+function withTemplateDate(request) {
+  if (request === null || typeof request !== 'object' || !Array.isArray(request.messages)) return request
+  const kwargs = request.chat_template_kwargs
+  if (kwargs != null && (typeof kwargs !== 'object' || Array.isArray(kwargs) || 'date_string' in kwargs)) return request
+  const now = new Date()
+  const date_string = `${String(now.getDate()).padStart(2, '0')} ${MONTHS[now.getMonth()]} ${now.getFullYear()}`
+  return { ...request, chat_template_kwargs: { date_string, ...kwargs } }
 }
 
 /**

@@ -5,7 +5,7 @@
 
 const { randomUUID } = require('node:crypto')
 const { invalid, openaiErrorBody } = require('./errors.js')
-const { isObject, passthrough, promptTokens } = require('./util.js')
+const { isObject, passthrough, templateOptions, promptTokens } = require('./util.js')
 const { systemFingerprint, withVerbose } = require('./llama.js')
 const { tokenProbs, openaiLogprobs } = require('./logprobs.js')
 
@@ -289,12 +289,8 @@ async function applyTemplate(ctx) {
   const { messages } = chatRequest(body)
   const add = body.add_generation_prompt ?? true
   if (typeof add !== 'boolean') throw invalid('add_generation_prompt', 'expected true or false')
-  const options = { addGenerationPrompt: add }
-  for (const f of ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']) {
-    // An empty tools list is none (as llama-server reads it).
-    if (body[f] != null && !(f === 'tools' && Array.isArray(body[f]) && body[f].length === 0)) options[f] = body[f]
-  }
-  ctx.json(200, { prompt: ctx.engine.applyChatTemplate(messages, options) })
+  const request = ctx.withDefaults({ ...body, messages })
+  ctx.json(200, { prompt: ctx.engine.applyChatTemplate(messages, templateOptions(request, add)) })
 }
 
 /**
@@ -303,8 +299,7 @@ async function applyTemplate(ctx) {
  */
 async function inputTokens(ctx) {
   const body = await ctx.body()
-  const request = { ...chatRequest(body) }
-  for (const f of ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']) if (body[f] != null) request[f] = body[f]
+  const request = ctx.withDefaults({ ...body, ...chatRequest(body) })
   ctx.json(200, { input_tokens: await promptTokens(ctx.engine, request) })
 }
 

@@ -37,13 +37,26 @@ function sourcedMessages() {
 }
 
 /**
+ * The chat-template options of a request (`engine.applyChatTemplate`'s):
+ * its tools, tool_choice, parallel_tool_calls and chat_template_kwargs (an
+ * empty tools list is none, as llama-server reads it) and whether the
+ * generation prompt is added.
+ */
+function templateOptions(request, addGenerationPrompt = true) {
+  const options = { addGenerationPrompt }
+  for (const f of ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs']) {
+    const v = request[f]
+    if (v != null && !(f === 'tools' && Array.isArray(v) && v.length === 0)) options[f] = v
+  }
+  return options
+}
+
+/**
  * Prompt tokens of a request: its messages rendered with the chat template
  * (and tool preamble), tokenised — off the event loop, whatever their size.
  */
 async function promptTokens(engine, request) {
-  const { messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs } = request
-  const fields = Object.fromEntries(Object.entries({ tools, tool_choice, parallel_tool_calls, chat_template_kwargs }).filter(([, v]) => v !== undefined))
-  const text = await engine.applyChatTemplateAsync(messages, fields)
+  const text = await engine.applyChatTemplateAsync(request.messages, templateOptions(request))
   return (await engine.tokenizeAsync(text, { special: true })).length
 }
 
@@ -61,4 +74,4 @@ function anySignal(signals) {
   return ac.signal
 }
 
-module.exports = { isObject, newId, passthrough, sourcedMessages, promptTokens, anySignal }
+module.exports = { isObject, newId, passthrough, sourcedMessages, templateOptions, promptTokens, anySignal }

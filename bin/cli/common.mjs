@@ -7,6 +7,9 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { UsageError, numberOf } from './table.mjs'
+import { BUILTIN_TEMPLATES } from './builtin-templates.mjs'
+
+export { BUILTIN_TEMPLATES }
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 export const DEFAULT_MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf'
@@ -64,12 +67,6 @@ export function loadOptions(v, env) {
   return load
 }
 
-// llama.cpp's built-in chat templates by name (--chat-template NAME), as Jinja.
-export const BUILTIN_TEMPLATES = {
-  chatml: "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
-  llama3: "{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
-}
-
 function templateFile(flag, file) {
   try {
     return readFileSync(file, 'utf8')
@@ -79,16 +76,20 @@ function templateFile(flag, file) {
 }
 
 /**
- * `--chat-template`: the template's Jinja text (llama.cpp's meaning), one
- * of llama.cpp's built-in names, or the file it names (ours before).
+ * `--chat-template`: one of llama.cpp's built-in names, the file it names
+ * (ours before), or else the template's Jinja text (llama.cpp's meaning:
+ * any text, even one without a tag, is a template). A path that does not
+ * exist is an error rather than a template.
  */
 export function chatTemplateOption(text) {
   if (Object.hasOwn(BUILTIN_TEMPLATES, text)) return BUILTIN_TEMPLATES[text]
   if (/\{[{%]/.test(text)) return text
   if (existsSync(text)) return templateFile('chat-template', text)
-  throw new UsageError(
-    `--chat-template: ${JSON.stringify(text)} is neither a Jinja template, a file, nor a built-in name (${Object.keys(BUILTIN_TEMPLATES).join(', ')})`,
-  )
+  if (/^\S+$/.test(text) && (/[\\/]/.test(text) || /\.(jinja2?|j2|txt)$/i.test(text))) throw new UsageError(`--chat-template: cannot read ${text} (ENOENT)`)
+  if (/^[\w.-]+$/.test(text)) {
+    throw new UsageError(`--chat-template: "${text}" is not a built-in template name (${Object.keys(BUILTIN_TEMPLATES).join(', ')})`)
+  }
+  return text
 }
 
 export function progressBar(stream) {

@@ -78,7 +78,7 @@ export const SERVE_TABLE = [
   { key: 'cache-prompt', names: ['--cache-prompt'], negations: ['--no-cache-prompt'], env: 'LLAMA_ARG_CACHE_PROMPT', kind: 'bool', group: G.ctx, help: "reuse a slot's cached prefix (the request field cache_prompt's default)", def: 'on' },
 
   // Chat
-  { key: 'chat-template', names: ['--chat-template'], env: 'LLAMA_ARG_CHAT_TEMPLATE', kind: 'string', arg: 'TEMPLATE', group: G.chat, help: "a Jinja chat template instead of the GGUF's: its text, a built-in name (chatml), or a file" },
+  { key: 'chat-template', names: ['--chat-template'], env: 'LLAMA_ARG_CHAT_TEMPLATE', kind: 'string', arg: 'TEMPLATE', group: G.chat, help: "a Jinja chat template instead of the GGUF's: a built-in name of llama.cpp's (chatml, llama3, command-r, gemma, phi3, phi4, mistral-v7, granite, deepseek, deepseek2, vicuna, openchat, orion, monarch), a file, or the template's text" },
   { key: 'chat-template-file', names: ['--chat-template-file'], env: 'LLAMA_ARG_CHAT_TEMPLATE_FILE', kind: 'string', arg: 'FILE', group: G.chat, help: 'the chat template from a file' },
   { key: 'jinja', names: ['--jinja'], negations: ['--no-jinja'], env: 'LLAMA_ARG_JINJA', kind: 'bool', group: G.chat, help: 'Jinja chat templates', accepted: 'templates are always rendered as Jinja' },
   { key: 'tool-call-format', names: ['--tool-call-format'], kind: 'choice', choices: ['auto', 'hermes', 'llama3', 'mistral', 'generic'], arg: 'auto|hermes|llama3|mistral|generic', group: G.chat, help: "how tool calls are written (default: from the template)" },

@@ -160,17 +160,20 @@ impl ChatTemplate {
             ctx.insert(k.clone(), v.clone());
         }
         // llama.cpp's extra variable `datetime`, and firefunction-v2's
-        // `functions` (its tools' function objects), unless the request set them.
+        // `functions` (its tools' function objects; empty text without
+        // tools, as llama.cpp passes it), unless the request set them.
         if !ctx.contains_key("datetime") {
             let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
             #[cfg(test)]
             let secs = tests::FROZEN_NOW.with(|f| f.get()).unwrap_or(secs);
             ctx.insert("datetime".into(), Json::String(strftime("%b %d %Y", secs)));
         }
-        if let (Some(tools), false) = (&r.tools, ctx.contains_key("functions")) {
-            let functions = Json::Array(tools.iter().map(|t| t.get("function").unwrap_or(t).clone()).collect());
+        if !ctx.contains_key("functions") {
             let mut text = String::new();
-            python_json(&functions, Some(2), false, 0, &mut text);
+            if let Some(tools) = &r.tools {
+                let functions = Json::Array(tools.iter().map(|t| t.get("function").unwrap_or(t).clone()).collect());
+                python_json(&functions, Some(2), false, 0, &mut text);
+            }
             ctx.insert("functions".into(), Json::String(text));
         }
         ctx.insert("messages".into(), Json::Array(messages.to_vec()));
@@ -751,5 +754,23 @@ pub(super) mod tests {
         assert_eq!(strftime("%A %B %e, %y %H:%M:%S %% %Q", t), "Friday July 26, 24 12:34:56 % %Q");
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
+
+    #[test]
+    fn firefunction_renders_without_tools_and_with_them() {
+        // Its template adds `functions` and `datetime` to its system prompt,
+        // both llama.cpp's variables: empty text without tools.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../__test__/fixtures/chat-templates");
+        let source = std::fs::read_to_string(dir.join("fireworks-ai-llama-3-firefunction-v2.jinja")).unwrap();
+        let t = ChatTemplate::new(&source, "<|begin_of_text|>", "<|eot_id|>").unwrap();
+        FROZEN_NOW.with(|f| f.set(Some(1_721_997_296)));
+        let messages = [json!({ "role": "user", "content": "What is today?" })];
+        let plain = t.render_json(&messages, &Render { add_generation_prompt: true, ..Render::default() }, "messages").unwrap();
+        assert!(plain.contains("Available functions as JSON spec:\n\nToday is Jul 26 2024."), "{plain}");
+        let tool = json!({ "type": "function", "function": { "name": "f", "parameters": { "type": "object" } } });
+        let render = Render { add_generation_prompt: true, tools: Some(vec![tool]), ..Render::default() };
+        let with = t.render_json(&messages, &render, "messages").unwrap();
+        FROZEN_NOW.with(|f| f.set(None));
+        assert!(with.contains("\"name\": \"f\"") && with.contains("Today is Jul 26 2024."), "{with}");
     }
 }
