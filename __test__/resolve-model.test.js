@@ -106,7 +106,7 @@ const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-hub-'))
 
 test('URIs are read as llama.cpp and node-llama-cpp read them', () => {
   expect(parseModelUri('hf:me/tiny:q6_k')).toEqual({ kind: 'hf', repo: 'me/tiny', quant: 'q6_k' })
-  expect(parseModelUri('hf:me/tiny')).toEqual({ kind: 'hf', repo: 'me/tiny', quant: 'Q4_K_M' })
+  expect(parseModelUri('hf:me/tiny')).toEqual({ kind: 'hf', repo: 'me/tiny', quant: 'Q4_K_M', fallback: true })
   expect(parseModelUri('hf:me/tiny/Q8_0/x.gguf')).toEqual({ kind: 'hf', repo: 'me/tiny', file: 'Q8_0/x.gguf' })
   expect(parseModelUri('https://example.com/a/b%20c.gguf')).toMatchObject({ kind: 'url', file: 'b c.gguf' })
   expect(parseModelUri('models/x.gguf')).toEqual({ kind: 'path', path: path.resolve('models/x.gguf') })
@@ -216,6 +216,46 @@ test('https URLs download into the cache once', async () => {
   const file = await resolveModel(url, { cacheDir })
   expect(fs.readFileSync(file).equals(REPOS['me/tiny'].files['tiny-Q6_K.gguf'].data)).toBe(true)
   expect(await resolveModel(url, { cacheDir, offline: true })).toBe(file)
+})
+
+test("the hub cache as llama-server's router lists it (OWNER/REPO:TAG), found as llama.cpp finds it; no tag picks Q4_K_M, else Q8_0, else the first model", async () => {
+  const { listCachedModels, hubCache } = require('../lib/models/resolve.js')
+  const cacheDir = tmp()
+  const put = (repo, files) => {
+    const dir = path.join(cacheDir, `models--${repo.replace('/', '--')}`)
+    fs.mkdirSync(path.join(dir, 'refs'), { recursive: true })
+    fs.writeFileSync(path.join(dir, 'refs', 'main'), 'rev')
+    for (const f of files) {
+      fs.mkdirSync(path.dirname(path.join(dir, 'snapshots', 'rev', f)), { recursive: true })
+      fs.writeFileSync(path.join(dir, 'snapshots', 'rev', f), 'x')
+    }
+  }
+  put('ggml-org/tinygemma3-GGUF', ['tinygemma3-Q8_0.gguf', 'mmproj-tinygemma3.gguf'])
+  put('me/big', ['big-Q4_K_M-00001-of-00002.gguf', 'big-Q4_K_M-00002-of-00002.gguf', 'sub/big.F16.gguf', 'mtp-big-Q8_0.gguf', 'README.md'])
+  put('me/untagged', ['model.gguf', 'stories-f32.gguf'])
+  fs.mkdirSync(path.join(cacheDir, 'models--me--nosnapshot'))
+  const listed = listCachedModels(cacheDir)
+  expect(listed.map((m) => m.name)).toEqual(['ggml-org/tinygemma3-GGUF:Q8_0', 'me/big:Q4_K_M', 'me/big:F16', 'me/untagged:F32'])
+  expect(listed[0]).toMatchObject({ uri: 'hf:ggml-org/tinygemma3-GGUF:Q8_0', mmproj: expect.stringMatching(/mmproj-tinygemma3\.gguf$/) })
+  expect(listed[1].path).toMatch(/big-Q4_K_M-00001-of-00002\.gguf$/)
+  // Each name resolves, offline, to the file listed; a repository named without a tag falls back as llama.cpp does.
+  for (const m of listed) expect(await resolveModel(m.uri, { cacheDir, offline: true })).toBe(m.path)
+  expect(path.basename(await resolveModel('hf:ggml-org/tinygemma3-GGUF', { cacheDir, offline: true }))).toBe('tinygemma3-Q8_0.gguf')
+  expect(path.basename(await resolveModel('hf:me/untagged', { cacheDir, offline: true }))).toBe('model.gguf')
+  await expect(resolveModel('hf:me/untagged:Q4_K_M', { cacheDir, offline: true })).rejects.toThrow(/no \.gguf file whose name contains Q4_K_M/)
+  // LLAMA_CACHE first, as llama.cpp.
+  const saved = { ...process.env }
+  try {
+    Object.assign(process.env, { LLAMA_CACHE: '/a', HF_HUB_CACHE: '/b', HF_HOME: '/c' })
+    expect(hubCache()).toBe(path.resolve('/a'))
+    delete process.env.LLAMA_CACHE
+    expect(hubCache()).toBe(path.resolve('/b'))
+    delete process.env.HF_HUB_CACHE
+    expect(hubCache()).toBe(path.join(path.resolve('/c'), 'hub'))
+  } finally {
+    for (const k of ['LLAMA_CACHE', 'HF_HUB_CACHE', 'HF_HOME']) if (saved[k] === undefined) delete process.env[k]
+    else process.env[k] = saved[k]
+  }
 })
 
 test('LlamaEngine.load fetches an hf: model first; onProgress covers the download, then the load', async () => {

@@ -203,6 +203,30 @@ full('pinned and idle models', () => {
     }
   })
 
+  test('a client that leaves while its model waits for room costs the busy model nothing: the load is given up', async () => {
+    const server = createServer({ models: MODELS.map((m) => ({ ...m, bytes: 1 })), modelsMax: 1, engineOptions: ENGINE, signals: false })
+    const base = await listen(server)
+    try {
+      expect((await post(`${base}/tokenize`, { model: 'smol', content: 'hello' })).status).toBe(200)
+      // smol busy for a while: gemma has to wait for room.
+      const busy = complete(base, 'smol', { max_tokens: 200, ignore_eos: true })
+      await until(() => server.router.list().find((m) => m.name === 'smol').requests === 1, 10_000)
+      const ac = new AbortController()
+      const waiting = fetch(`${base}/tokenize`, { method: 'POST', body: JSON.stringify({ model: 'gemma', content: 'hello' }), signal: ac.signal }).catch((e) => e)
+      await until(() => server.router.list().find((m) => m.name === 'gemma').state === 'loading', 10_000)
+      ac.abort()
+      expect((await waiting).name).toBe('AbortError')
+      expect((await busy).status).toBe(200)
+      // Nobody waits for gemma any more: smol keeps its room.
+      await until(() => server.router.list().find((m) => m.name === 'gemma').state === 'unloaded', 10_000)
+      expect(Object.fromEntries(server.router.list().map((m) => [m.name, m.state]))).toEqual({ smol: 'loaded', gemma: 'unloaded', smol8: 'unloaded' })
+      // A new request for it loads it as ever.
+      expect((await post(`${base}/tokenize`, { model: 'gemma', content: 'hello' })).status).toBe(200)
+    } finally {
+      await close(server)
+    }
+  })
+
   test('--idle-unload: a model no request used for that long is unloaded', async () => {
     const server = createServer({ models: MODELS.slice(0, 1), idleUnloadMs: 1000, engineOptions: ENGINE, signals: false })
     const base = await listen(server)
@@ -224,8 +248,11 @@ full('pinned and idle models', () => {
     fs.symlinkSync(model(f), path.join(dir, f))
   }
   const CLI = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
+  // An empty cache: llama-server's router lists the cache's models beside the directory's.
+  const cache = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-cache-'))
   const child = spawn(process.execPath, [CLI, 'serve', '--models', dir, '--port', '0', '--ctx-size', '512', '--parallel', '1', '--models-max', '1', '--pin', 'gemma-3-270m-q4_k_m'], {
     stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, LLAMA_CACHE: cache },
   })
   let stderr = ''
   child.stderr.setEncoding('utf8')
@@ -246,5 +273,55 @@ full('pinned and idle models', () => {
   } finally {
     child.kill('SIGKILL')
     fs.rmSync(dir, { recursive: true, force: true })
+    fs.rmSync(cache, { recursive: true, force: true })
+  }
+})
+
+;(FULL ? test : test.skip)("`llama-engine serve` without a model: llama-server's router over the cache (OWNER/REPO:TAG), an INI preset read again on ?reload=1, --no-models-autoload, the router's /props", async () => {
+  const cache = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-cache-'))
+  const put = (repo, file, target) => {
+    const dir = path.join(cache, `models--${repo.replace('/', '--')}`)
+    fs.mkdirSync(path.join(dir, 'refs'), { recursive: true })
+    fs.writeFileSync(path.join(dir, 'refs', 'main'), 'rev')
+    fs.mkdirSync(path.join(dir, 'snapshots', 'rev'), { recursive: true })
+    fs.symlinkSync(target, path.join(dir, 'snapshots', 'rev', file))
+  }
+  put('me/smol', 'smol-Q4_1.gguf', TARGET)
+  put('me/smol8', 'smol8-Q8_0.gguf', SMOL8)
+  const preset = path.join(cache, 'preset.ini')
+  fs.writeFileSync(preset, `version = 1\n[*]\nc = 512\n\n; a model of its own\n[fast]\nmodel = ${TARGET}\nctx-size = 256\n\n[me/smol8:Q8_0]\nLLAMA_ARG_CTX_SIZE = 384\n`)
+  const CLI = path.join(__dirname, '..', 'bin', 'llama-engine.mjs')
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '-np', '1', '--models-max', '1', '--no-models-autoload', '--models-preset', preset], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, LLAMA_CACHE: cache },
+  })
+  let stderr = ''
+  child.stderr.setEncoding('utf8')
+  child.stderr.on('data', (d) => (stderr += d))
+  try {
+    await until(() => /listening on (http:\/\/\S+),/.test(stderr), 30_000)
+    const base = /listening on (http:\/\/\S+),/.exec(stderr)[1]
+    const props = await (await fetch(`${base}/props`)).json()
+    expect(props).toMatchObject({ role: 'router', max_instances: 1, models_autoload: false, build_info: expect.stringMatching(/^b/) })
+    const ids = async (query = '') => (await (await fetch(`${base}/v1/models${query}`)).json()).data.map((m) => m.id).sort()
+    expect(await ids()).toEqual(['fast', 'me/smol8:Q8_0', 'me/smol:Q4_1'])
+    // Not loaded, and no autoload: a 400 until POST /models/load (or ?autoload=1).
+    const res = await complete(base, 'me/smol8:Q8_0')
+    expect(res.status).toBe(400)
+    expect((await res.json()).error.message).toMatch(/model is not loaded/)
+    expect((await post(`${base}/models/load`, { model: 'me/smol8:Q8_0' })).status).toBe(200)
+    expect((await complete(base, 'me/smol8:Q8_0')).status).toBe(200)
+    // The preset section of a cache model gave it its context; [*] gave fast its own, under its section's.
+    const slots = await (await fetch(`${base}/props?model=me/smol8:Q8_0`)).json()
+    expect(slots.default_generation_settings.n_ctx).toBe(384)
+    expect((await fetch(`${base}/v1/completions?autoload=1`, { method: 'POST', body: JSON.stringify({ model: 'fast', prompt: 'Hi', max_tokens: 2 }) })).status).toBe(200)
+    expect((await (await fetch(`${base}/props?model=fast`)).json()).default_generation_settings.n_ctx).toBe(256)
+    // The preset changed: read again on ?reload=1 (fast, loaded, goes; slow comes).
+    fs.writeFileSync(preset, `[slow]\nmodel = ${SMOL8}\n`)
+    expect(await ids('?reload=1')).toEqual(['me/smol8:Q8_0', 'me/smol:Q4_1', 'slow'])
+    expect((await complete(base, 'fast')).status).toBe(404)
+  } finally {
+    child.kill('SIGKILL')
+    fs.rmSync(cache, { recursive: true, force: true })
   }
 })

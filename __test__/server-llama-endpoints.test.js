@@ -53,7 +53,7 @@ describe('GET /props', () => {
     expect(body.chat_template).toContain('<|im_start|>')
     expect(body.bos_token).toBe('<|im_start|>')
     expect(body.eos_token).toBe('<|im_end|>')
-    expect(body.build_info).toMatch(/^llama-engine \d+\.\d+\.\d+/)
+    expect(body.build_info).toMatch(/^b[\d.]+-llama-engine-\d+\.\d+\.\d+/)
     expect(body.modalities).toEqual({ vision: false, audio: false })
     expect(body).toMatchObject({ endpoint_slots: true, endpoint_props: false, endpoint_metrics: true })
 

@@ -16,7 +16,7 @@
 //
 // Long (every test starts a server): in test:release, not CI.
 import { execFileSync, spawnSync } from 'node:child_process'
-import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { root } from './native.mjs'
 
@@ -99,13 +99,36 @@ import(${JSON.stringify(join(root, 'bin', 'llama-engine.mjs'))}).then((m) => m.m
 )
 chmodSync(wrapper, 0o755)
 
+// The cache the suite fills before it starts (its LLAMA_CACHE, tests/tmp:
+// its load_all() downloads there and its tests write their files there),
+// in the Hugging Face hub layout, with the same local models in place of its
+// repositories' files: what llama-server's router lists when started
+// without a model.
+const cache = join(tests, 'tmp')
+const CACHE_FOR = {
+  'ggml-org/test-model-stories260K': { 'stories260K-F32.gguf': MODEL_FOR['ggml-org/test-model-stories260K'] },
+  'ggml-org/test-model-stories260K-infill': { 'stories260K-infill-F32.gguf': MODEL_FOR['ggml-org/test-model-stories260K-infill'] },
+  'ggml-org/tinygemma3-GGUF': { 'tinygemma3-Q8_0.gguf': MODEL_FOR['ggml-org/tinygemma3-GGUF:Q8_0'], 'mmproj-tinygemma3.gguf': MMPROJ_FOR['ggml-org/tinygemma3-GGUF:Q8_0'] },
+}
+for (const [repo, files] of Object.entries(CACHE_FOR)) {
+  const dir = join(cache, `models--${repo.replace('/', '--')}`)
+  mkdirSync(join(dir, 'refs'), { recursive: true })
+  writeFileSync(join(dir, 'refs', 'main'), 'local')
+  mkdirSync(join(dir, 'snapshots', 'local'), { recursive: true })
+  for (const [file, local] of Object.entries(files)) {
+    const link = join(dir, 'snapshots', 'local', file)
+    rmSync(link, { force: true })
+    symlinkSync(join(models, local), link)
+  }
+}
+
 // 4. The suite, its outcome per test (JUnit XML), compared.
 const junit = join(work, 'results.xml')
 console.log('llama-engine: llama.cpp\'s server tests against llama-engine serve (not the slow ones)')
 spawnSync(python, ['-m', 'pytest', '-m', 'not slow', '-q', '-p', 'no:cacheprovider', '--junitxml', junit, '-o', 'junit_family=xunit1', ...(pytestArgs.length ? pytestArgs : ['unit'])], {
   cwd: tests,
   stdio: 'inherit',
-  env: { ...process.env, LLAMA_SERVER_BIN_PATH: wrapper, LLAMA_CACHE: join(work, 'cache'), HF_HUB_OFFLINE: '1', NO_COLOR: '1' },
+  env: { ...process.env, LLAMA_SERVER_BIN_PATH: wrapper, LLAMA_CACHE: cache, HF_HUB_OFFLINE: '1', NO_COLOR: '1' },
 })
 const xml = readFileSync(junit, 'utf8')
 const outcome = new Map()

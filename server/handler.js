@@ -15,6 +15,7 @@ const { findRoute, protocolOf } = require('./protocols.js')
 const { ResponseStore } = require('./response-store.js')
 const { serverMedia } = require('./media.js')
 const { templateOptions } = require('./util.js')
+const { systemFingerprint } = require('./llama.js')
 
 const DEFAULTS = {
   apiKey: undefined,
@@ -260,7 +261,8 @@ function createCore(engineOrPromise, options) {
         return exchange.send(200, headers, metrics.render(scrape()))
       }
       if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
-      if (own) return await routerRoute(key, ctx, router)
+      if (own && !(key === 'GET /props' && ctx.query.get('model'))) return await routerRoute(key, ctx, router, opts)
+      if (router && (key === 'GET /v1/models' || key === 'GET /models') && /^(1|true)$/.test(ctx.query.get('reload') ?? '')) await reloadModels(router, opts)
       if (router && !STORE_ROUTES.has(`${exchange.method} ${found.pattern}`) && !(key === 'GET /v1/models' || key === 'GET /models')) {
         // The model: the body's `model` (POST), else ?model=.
         let name = ctx.query.get('model') ?? undefined
@@ -269,7 +271,10 @@ function createCore(engineOrPromise, options) {
           if (value && typeof value === 'object' && !Array.isArray(value) && value.model != null) name = value.model
         }
         requested = router.resolve(name)
-        held = lane = await router.acquire(requested, exchange.signal)
+        const autoload = ctx.query.get('autoload')
+        held = lane = await router.acquire(requested, exchange.signal, autoload === null ? {} : { autoload: /^(1|true)$/.test(autoload) })
+        // llama-server's LLAMA_SERVER_DEBUG_FAKE_TIMING (its router's tests): the model stays busy 2 s more.
+        if (FAKE_TIMING) await new Promise((r) => setTimeout(r, 2000))
       } else if (!router) {
         if (single.loadError) throw single.loadError
         if (!single.engine) throw new ApiError(503, 'the model is still loading', { code: 'LOADING', type: 'server_error' })
@@ -402,10 +407,30 @@ function textTokens(request, engine) {
   return out
 }
 
-/** The router's own endpoints (llama.cpp's router mode names). */
-const ROUTER_ROUTES = new Set(['POST /models/load', 'POST /models/unload'])
+const FAKE_TIMING = Boolean(process.env.LLAMA_SERVER_DEBUG_FAKE_TIMING)
 
-async function routerRoute(key, ctx, router) {
+/** The router's own endpoints (llama.cpp's router mode names). */
+const ROUTER_ROUTES = new Set(['POST /models/load', 'POST /models/unload', 'POST /models/reload', 'GET /props'])
+
+async function routerRoute(key, ctx, router, opts) {
+  if (key === 'POST /models/reload') {
+    await reloadModels(router, opts)
+    return ctx.json(200, { success: true, models: router.list().map((m) => m.name) })
+  }
+  if (key === 'GET /props') {
+    // The router's own (llama-server's), or with ?model= that model's.
+    return ctx.json(200, {
+      role: 'router',
+      max_instances: Number.isFinite(router.modelsMax) ? router.modelsMax : 0,
+      models_autoload: router.autoload,
+      model_alias: 'llama-engine',
+      model_path: 'none',
+      default_generation_settings: { params: {}, n_ctx: 0 },
+      build_info: systemFingerprint(),
+      endpoint_slots: opts.slots !== false,
+      endpoint_metrics: opts.metrics !== false,
+    })
+  }
   const body = await ctx.body()
   if (typeof body.model !== 'string' || body.model === '') throw new ApiError(400, 'model: expected the name of a model', { param: 'model' })
   const name = router.resolve(body.model)
@@ -415,6 +440,12 @@ async function routerRoute(key, ctx, router) {
   }
   const unloaded = await router.unload(name)
   return ctx.json(200, { success: true, model: name, state: 'unloaded', was_loaded: unloaded })
+}
+
+/** GET /models?reload=1, POST /models/reload: the list read again (serve: the cache, --models-dir, the preset). */
+async function reloadModels(router, opts) {
+  if (typeof opts.router.reload !== 'function') return
+  await router.sync(await opts.router.reload())
 }
 
 module.exports = { createCore, serverOptions }

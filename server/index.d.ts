@@ -3,7 +3,7 @@
 // Anthropic Messages, llama.cpp's endpoints, Prometheus metrics).
 
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
-import type { EngineOptions, LlamaEngine } from '../index'
+import type { EngineOptions, EngineStatus, LlamaEngine } from '../index'
 
 export interface ServerOptions {
   /**
@@ -103,10 +103,28 @@ export interface CreateServerOptions extends ServerOptions {
    * protocol's shape. `pinned` models load at start and are never
    * unloaded. `bytes`: its memory, else inspectModel's estimate for its
    * context and slots. GET /v1/models lists every model with its state
-   * (`status.value`: `unloaded`, `loading`, `loaded`, `failed`); POST
-   * /models/load and /models/unload `{ model }` load and unload one.
+   * (`status.value`: `unloaded`, `loading`, `loaded`, `failed`) but the
+   * `hidden` ones (still served by name); POST /models/load and
+   * /models/unload `{ model }` load and unload one; GET /props without
+   * `?model=` is the router's own (`role: 'router'`, `max_instances`,
+   * `models_autoload`). A load no request waits for any more (its clients
+   * left while it waited for room) is given up before it unloads anything.
+   * May be empty (llama-server's router over an empty cache).
    */
-  models?: { name: string; uri: string; options?: Omit<EngineOptions, 'modelPath'>; pinned?: boolean; bytes?: number }[]
+  models?: { name: string; uri: string; options?: Omit<EngineOptions, 'modelPath'>; pinned?: boolean; hidden?: boolean; bytes?: number }[]
+  /**
+   * With `models`: load a model when a request names it (default true).
+   * False: a request for a model not loaded is a 400 ("model is not
+   * loaded"); POST /models/load loads it. A request's `?autoload=` says
+   * otherwise for itself. llama-server's `--no-models-autoload`.
+   */
+  modelsAutoload?: boolean
+  /**
+   * With `models`: the list read again, for GET /models?reload=1 and POST
+   * /models/reload (new models added, gone ones unloaded and removed, the
+   * others kept).
+   */
+  reloadModels?: () => NonNullable<CreateServerOptions['models']> | Promise<NonNullable<CreateServerOptions['models']>>
   /** With `models`: at most this many loaded at once (the least recently used idle one is unloaded first). Default: no limit. */
   modelsMax?: number
   /** With `models`: at most this many bytes loaded, by each model's estimate. Default: no limit. */
@@ -143,11 +161,13 @@ export interface LlamaEngineServer extends Server {
 
 export interface ModelRouter {
   /** Every model, with its state. */
-  list(): { name: string; uri: string; state: 'unloaded' | 'loading' | 'loaded' | 'failed'; pinned: boolean; bytes: number | null; error: { code: string; message: string } | null; lastUsed: number | null; requests: number }[]
+  list(): { name: string; uri: string; state: 'unloaded' | 'loading' | 'loaded' | 'failed'; pinned: boolean; bytes: number | null; error: { code: string; message: string } | null; lastUsed: number | null; requests: number; status?: EngineStatus }[]
   /** Loads a model (making room as a request would). */
   load(name: string): Promise<string>
   /** Unloads a model: its queued requests get 503, running ones may finish for the grace period. Resolves with whether it was loaded. */
   unload(name: string): Promise<boolean>
+  /** Replaces the list of models (as GET /models?reload=1 does with `reloadModels`' answer). */
+  sync(models: NonNullable<CreateServerOptions['models']>): Promise<void>
 }
 
 export interface KeptResponses {

@@ -102,12 +102,12 @@ function socketDeadlines(headersMs, bodyMs) {
  */
 function createServer(options = {}) {
   if (options === null || typeof options !== 'object') throw new TypeError('createServer(options): expected an object')
-  const { engine, model, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, signals = true, ...serverOptions } = options
+  const { engine, model, models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, engineOptions, signals = true, ...serverOptions } = options
   let owned = false
   let engineOrPromise = engine
   if (models != null) {
     if (engine != null || model != null) throw new TypeError('createServer(options): options.models goes without options.engine and options.model')
-    serverOptions.router = routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, engineOptions })
+    serverOptions.router = routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, engineOptions })
     engineOrPromise = null
   } else if (engine == null) {
     if (typeof model !== 'string') throw new TypeError('createServer(options): options.engine or options.model (a path) is required')
@@ -191,23 +191,29 @@ function createServer(options = {}) {
  * engine unless its options say otherwise) and what it is estimated to take
  * (inspectModel's `memory.total` for its context and slots).
  */
-function routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, engineOptions = {} }) {
-  if (!Array.isArray(models) || models.length === 0) throw new TypeError('createServer(options): options.models: expected a non-empty array')
+function routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, engineOptions = {} }) {
+  if (!Array.isArray(models)) throw new TypeError('createServer(options): options.models: expected an array')
   for (const [name, v] of Object.entries({ modelsMax, memoryMax, idleUnloadMs })) {
     if (v != null && !(Number.isInteger(v) && v > 0)) throw new TypeError(`createServer(options): options.${name}: expected a positive integer, got ${JSON.stringify(v)}`)
   }
+  if (modelsAutoload != null && typeof modelsAutoload !== 'boolean') throw new TypeError('createServer(options): options.modelsAutoload: expected true or false')
+  if (reloadModels != null && typeof reloadModels !== 'function') throw new TypeError('createServer(options): options.reloadModels: expected a function')
   const { LlamaEngine, inspectModel } = require('../index.js')
   const optionsOf = (m) => ({ isolation: 'process', ...engineOptions, ...(m.options ?? {}), modelPath: m.uri })
-  return {
-    models: models.map((m) => {
+  const shaped = (list) =>
+    list.map((m) => {
       if (!m || typeof m.name !== 'string' || m.name === '' || typeof m.uri !== 'string' || m.uri === '') {
-        throw new TypeError('createServer(options): options.models: each is { name, uri, options?, pinned? }')
+        throw new TypeError('createServer(options): options.models: each is { name, uri, options?, pinned?, hidden? }')
       }
-      return { name: m.name, uri: m.uri, options: m.options, pinned: m.pinned === true, bytes: m.bytes }
-    }),
+      return { name: m.name, uri: m.uri, options: m.options, pinned: m.pinned === true, hidden: m.hidden === true, bytes: m.bytes }
+    })
+  return {
+    models: shaped(models),
     modelsMax: modelsMax ?? Infinity,
     memoryMax: memoryMax ?? Infinity,
     idleUnloadMs: idleUnloadMs ?? 0,
+    autoload: modelsAutoload ?? true,
+    reload: reloadModels ? async () => shaped(await reloadModels()) : undefined,
     load: (m) => LlamaEngine.load(optionsOf(m)),
     async estimate(m) {
       const o = optionsOf(m)

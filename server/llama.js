@@ -11,7 +11,7 @@ const { tokenProbs } = require('./logprobs.js')
 const PACKAGE_VERSION = require('../package.json').version
 // The llama.cpp the addon is built from: the llama-cpp-sys-2 crate's version.
 let llamaCppVersion
-function buildInfo() {
+function llamaCpp() {
   if (llamaCppVersion === undefined) {
     try {
       const cargo = require('node:fs').readFileSync(require('node:path').join(__dirname, '..', 'Cargo.toml'), 'utf8')
@@ -20,7 +20,7 @@ function buildInfo() {
       llamaCppVersion = null
     }
   }
-  return `llama-engine ${PACKAGE_VERSION}${llamaCppVersion ? ` (llama.cpp of llama-cpp-sys-2 ${llamaCppVersion})` : ''}`
+  return llamaCppVersion
 }
 
 /**
@@ -29,8 +29,7 @@ function buildInfo() {
  * version and this package's).
  */
 function systemFingerprint() {
-  buildInfo()
-  return `b${llamaCppVersion ?? '0'}-llama-engine-${PACKAGE_VERSION}`
+  return `b${llamaCpp() ?? '0'}-llama-engine-${PACKAGE_VERSION}`
 }
 
 // The engine's default sampling and generation settings, from its own list
@@ -70,7 +69,8 @@ function props(ctx) {
     chat_template: st.chatTemplate ?? '',
     bos_token: st.bosToken ?? '',
     eos_token: st.eosToken ?? '',
-    build_info: buildInfo(),
+    // llama-server's build_info ("b<build>-<commit>"): the system fingerprint.
+    build_info: systemFingerprint(),
     // What the projector (--mmproj) reads, as llama.cpp's server says it.
     modalities: { vision: st.media?.vision === true, audio: st.media?.audio === true },
     endpoint_slots: ctx.server.slots,

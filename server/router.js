@@ -6,7 +6,11 @@
 // recently used idle one unloaded first; `idleUnloadMs` unloads a model no
 // request used for that long; pinned models load at start and stay.
 // Requests for a model that is loading wait (at most `maxQueue` of them),
-// and count as queued in /metrics.
+// and count as queued in /metrics; a load that no request waits for any
+// more (its clients left) is given up before it unloads anything. With
+// `autoload: false` only POST /models/load loads (llama-server's
+// --no-models-autoload). `sync` replaces the list (GET /models?reload=1).
+// `hidden` models are left out of the list and still served.
 
 const { ApiError } = require('./errors.js')
 const { Lane } = require('./lane.js')
@@ -25,15 +29,39 @@ class Router {
    *   metrics: object, load: (model) => Promise<object>, estimate: (model) => Promise<number> }} options
    *   `load` makes the engine of a model (`{ name, uri, options }`); `estimate` its bytes.
    */
-  constructor(models, { modelsMax = Infinity, memoryMax = Infinity, idleUnloadMs = 0, maxQueue, graceMs = 10_000, metrics, load, estimate }) {
-    if (!Array.isArray(models) || models.length === 0) throw new TypeError('models: expected at least one model')
-    for (const m of models) {
-      if (!m || typeof m.name !== 'string' || m.name === '') throw new TypeError('models: each needs a name')
-      if (this.#entries.has(m.name)) throw new TypeError(`models: ${JSON.stringify(m.name)} is named twice`)
-      this.#entries.set(m.name, { ...m, pinned: m.pinned === true, state: 'unloaded', admitted: false, wanted: 0, lane: null, bytes: Number.isFinite(m.bytes) ? m.bytes : null, error: null, loading: null, timer: null })
-    }
-    Object.assign(this, { modelsMax, memoryMax, idleUnloadMs, maxQueue, graceMs, metrics, loadEngine: load, estimate })
+  constructor(models, { modelsMax = Infinity, memoryMax = Infinity, idleUnloadMs = 0, autoload = true, maxQueue, graceMs = 10_000, metrics, load, estimate }) {
+    if (!Array.isArray(models)) throw new TypeError('models: expected an array of models')
+    for (const m of checked(models)) this.#entries.set(m.name, newEntry(m))
+    Object.assign(this, { modelsMax, memoryMax, idleUnloadMs, autoload, maxQueue, graceMs, metrics, loadEngine: load, estimate })
     for (const e of this.#entries.values()) if (e.pinned) this.#ensureLoaded(e).catch(() => {})
+  }
+
+  /**
+   * Replaces the list of models: new ones are added, gone ones unloaded
+   * (their requests finish for the grace period) and removed, the others
+   * kept as they are (loaded or not), their listing (`hidden`) updated.
+   */
+  async sync(models) {
+    const next = new Map(checked(models).map((m) => [m.name, m]))
+    const gone = [...this.#entries.values()].filter((e) => !next.has(e.name))
+    for (const [name, m] of next) {
+      const e = this.#entries.get(name)
+      if (!e) {
+        this.#entries.set(name, newEntry(m))
+        if (m.pinned) this.#ensureLoaded(this.#entries.get(name)).catch(() => {})
+      } else {
+        e.hidden = m.hidden === true
+        if (e.state === 'unloaded' || e.state === 'failed') Object.assign(e, { uri: m.uri, options: m.options, bytes: Number.isFinite(m.bytes) ? m.bytes : null })
+      }
+    }
+    for (const e of gone) this.#entries.delete(e.name)
+    this.#wake()
+    await Promise.allSettled(
+      gone.map(async (e) => {
+        if (e.state === 'loading') await e.loading.catch(() => {})
+        if (e.state === 'loaded') await this.#unload(e, this.graceMs)
+      }),
+    )
   }
 
   /** Names of every model, in order. */
@@ -50,9 +78,9 @@ class Router {
     return [...this.#entries.values()].filter((e) => e.state === 'loaded').map((e) => e.lane)
   }
 
-  /** Every model with its state, as GET /v1/models lists them. */
+  /** Every model with its state, as GET /v1/models lists them (hidden ones left out). */
   list() {
-    return [...this.#entries.values()].map((e) => ({
+    return [...this.#entries.values()].filter((e) => !e.hidden).map((e) => ({
       name: e.name,
       uri: e.uri,
       state: e.state,
@@ -61,6 +89,8 @@ class Router {
       error: e.state === 'failed' && e.error ? { code: e.error.code ?? 'INTERNAL', message: e.error.message } : null,
       lastUsed: e.lane ? e.lane.lastUsed : null,
       requests: e.lane ? e.lane.holds : 0,
+      // A loaded model's engine status (its sizes and media, for /v1/models).
+      status: e.state === 'loaded' ? safeStatus(e.lane.engine) : undefined,
     }))
   }
 
@@ -91,9 +121,16 @@ class Router {
    * Rejects 404 for a model this server does not have, 429 when too many
    * requests wait for loads, and with the load's error when it fails.
    */
-  async acquire(name, signal) {
+  async acquire(name, signal, { autoload = this.autoload } = {}) {
     const entry = this.#entry(name)
     if (this.#closed) throw closing()
+    if (!autoload && entry.state !== 'loaded' && entry.state !== 'loading') {
+      throw new ApiError(400, `model is not loaded: ${JSON.stringify(entry.name)} (this server loads models on POST /models/load only)`, {
+        type: 'invalid_request_error',
+        code: 'MODEL_NOT_LOADED',
+        param: 'model',
+      })
+    }
     // Wanted: a model loaded for waiting requests is not unloaded to make
     // room for another before they hold it (two loads would otherwise
     // evict each other as each finished, and neither request be answered).
@@ -111,6 +148,9 @@ class Router {
         this.waiting++
         try {
           await withSignal(this.#ensureLoaded(entry), signal)
+        } catch (e) {
+          // A load given up just before this request came: load it again.
+          if (e !== ABANDONED) throw e
         } finally {
           this.waiting--
         }
@@ -146,7 +186,12 @@ class Router {
   async load(name) {
     const entry = this.#entry(name)
     if (this.#closed) throw closing()
-    await this.#ensureLoaded(entry)
+    entry.explicit++
+    try {
+      await this.#ensureLoaded(entry)
+    } finally {
+      entry.explicit--
+    }
     return entry.state
   }
 
@@ -206,8 +251,9 @@ class Router {
       this.#wake()
     } catch (e) {
       entry.admitted = false
-      entry.state = 'failed'
-      entry.error = e
+      // Given up (nobody waits for it any more): not loaded, not failed.
+      entry.state = e === ABANDONED ? 'unloaded' : 'failed'
+      entry.error = e === ABANDONED ? null : e
       this.#wake()
       throw e
     }
@@ -217,6 +263,9 @@ class Router {
   async #makeRoom(entry) {
     for (;;) {
       if (this.#closed) throw closing()
+      // Every request that wanted it left while it waited for room, and no
+      // POST /models/load asked for it: nothing is unloaded for it.
+      if (entry.wanted === 0 && entry.explicit === 0 && !entry.pinned) throw ABANDONED
       // What holds room: loaded models, and loads that were given room
       // (a load still waiting for its turn holds none: counting it would
       // have two loads wait for each other).
@@ -256,6 +305,43 @@ class Router {
       await lane.engine.dispose().catch(() => {})
       this.#wake()
     }
+  }
+}
+
+function safeStatus(engine) {
+  try {
+    return engine?.status()
+  } catch {
+    return undefined
+  }
+}
+
+const ABANDONED = new ApiError(499, 'the load was given up: no request waits for the model any more', { code: 'ABORTED' })
+
+function checked(models) {
+  const names = new Set()
+  for (const m of models) {
+    if (!m || typeof m.name !== 'string' || m.name === '') throw new TypeError('models: each needs a name')
+    if (names.has(m.name)) throw new TypeError(`models: ${JSON.stringify(m.name)} is named twice`)
+    names.add(m.name)
+  }
+  return models
+}
+
+function newEntry(m) {
+  return {
+    ...m,
+    pinned: m.pinned === true,
+    hidden: m.hidden === true,
+    state: 'unloaded',
+    admitted: false,
+    wanted: 0,
+    explicit: 0,
+    lane: null,
+    bytes: Number.isFinite(m.bytes) ? m.bytes : null,
+    error: null,
+    loading: null,
+    timer: null,
   }
 }
 

@@ -46,12 +46,13 @@ const FIELD_KIND = Object.fromEntries(requestFields.map((f) => [f.name, f.kind])
 /** @type {import('./table.mjs').OptionRow[]} */
 export const SERVE_TABLE = [
   // Model
-  { key: 'model', names: ['-m', '--model'], env: 'LLAMA_ARG_MODEL', kind: 'string', arg: 'PATH', multiple: true, group: G.model, help: 'the GGUF model (a path, hf:OWNER/REPO:QUANT or https://…); with several models, ALIAS=URI, repeated', def: 'models/SmolLM2-135M-Instruct.Q4_1.gguf' },
-  { key: 'hf-repo', names: ['-hf', '-hfr', '--hf-repo'], env: 'LLAMA_ARG_HF_REPO', kind: 'string', arg: 'OWNER/REPO[:QUANT]', group: G.model, help: 'the model from Hugging Face (as --model hf:OWNER/REPO:QUANT; the quant defaults to Q4_K_M)' },
+  { key: 'model', names: ['-m', '--model'], env: 'LLAMA_ARG_MODEL', kind: 'string', arg: 'PATH', multiple: true, group: G.model, help: 'the GGUF model (a path, hf:OWNER/REPO:QUANT or https://…); with several models, ALIAS=URI, repeated', def: "none: a router over the cache's models (llama-server's)" },
+  { key: 'hf-repo', names: ['-hf', '-hfr', '--hf-repo'], env: 'LLAMA_ARG_HF_REPO', kind: 'string', arg: 'OWNER/REPO[:QUANT]', group: G.model, help: 'the model from Hugging Face (as --model hf:OWNER/REPO:QUANT; without a quant: Q4_K_M, else Q8_0, else the first model file)' },
   { key: 'hf-file', names: ['-hff', '--hf-file'], env: 'LLAMA_ARG_HF_FILE', kind: 'string', arg: 'FILE', group: G.model, help: 'the file of --hf-repo to fetch (instead of a quant)' },
   { key: 'model-url', names: ['-mu', '--model-url'], env: 'LLAMA_ARG_MODEL_URL', kind: 'string', arg: 'URL', group: G.model, help: 'the model from an https:// URL' },
   { key: 'offline', names: ['--offline'], env: 'LLAMA_ARG_OFFLINE', kind: 'bool', group: G.model, help: 'never fetch: models only from the cache' },
   { key: 'draft', names: ['--draft', '-md', '--model-draft', '--spec-draft-model'], env: 'LLAMA_ARG_SPEC_DRAFT_MODEL', kind: 'string', arg: 'PATH', group: G.model, help: 'the draft model for speculative decoding (same vocabulary)' },
+  { key: 'draft-hf', names: ['-hfd', '-hfrd', '--hf-repo-draft', '--spec-draft-hf'], env: 'LLAMA_ARG_SPEC_DRAFT_HF_REPO', kind: 'string', arg: 'OWNER/REPO[:QUANT]', group: G.model, help: 'the draft model from Hugging Face (as --draft hf:OWNER/REPO:QUANT)' },
   { key: 'mmproj', names: ['--mmproj', '-mm', '-mmu', '--mmproj-url'], env: ['LLAMA_ARG_MMPROJ', 'LLAMA_ARG_MMPROJ_URL'], kind: 'string', arg: 'PATH|URI', group: G.model, help: "the model's multimodal projector: image (and audio) parts in every API" },
   { key: 'mmproj-auto', names: ['--mmproj-auto'], negations: ['--no-mmproj', '--no-mmproj-auto'], kind: 'bool', group: G.model, help: 'fetch the projector beside an -hf model', accepted: 'a projector is loaded only when --mmproj names one' },
   { key: 'allow-remote-media', names: ['--allow-remote-media'], kind: 'bool', group: G.model, help: 'also fetch http(s) image URLs (at most 20 MiB, 10 s each)' },
@@ -123,13 +124,13 @@ export const SERVE_TABLE = [
   { key: 'log-disable', names: ['--log-disable'], kind: 'bool', group: G.server, help: 'no log', accepted: "llama.cpp's log is never printed here" },
 
   // Many models
-  { key: 'models', names: ['--models', '--models-dir'], env: 'LLAMA_ARG_MODELS_DIR', kind: 'string', arg: 'DIR', group: G.many, help: 'every model GGUF in DIR, named by its file (without .gguf)' },
-  { key: 'models-preset', names: ['--models-preset'], env: 'LLAMA_ARG_MODELS_PRESET', kind: 'string', arg: 'FILE', group: G.many, help: 'JSON: { "ALIAS": { "model": PATH|URI, "pinned": true, "options": { EngineOptions } } } (paths relative to FILE)' },
-  { key: 'models-max', names: ['--models-max'], env: 'LLAMA_ARG_MODELS_MAX', kind: 'string', arg: 'N', group: G.many, help: 'at most N loaded at once (0: no limit)', def: 'no limit' },
+  { key: 'models', names: ['--models', '--models-dir'], env: 'LLAMA_ARG_MODELS_DIR', kind: 'string', arg: 'DIR', group: G.many, help: 'every model GGUF in DIR, named by its file (without .gguf), beside the cache\'s' },
+  { key: 'models-preset', names: ['--models-preset'], env: 'LLAMA_ARG_MODELS_PRESET', kind: 'string', arg: 'FILE', group: G.many, help: 'llama-server\'s INI (a [NAME] section per model: model or hf-repo and any flag without its dashes; [*] for all; load-on-startup, dedup-cache-models), or ours in JSON: { "ALIAS": { "model": PATH|URI, "pinned": true, "options": { EngineOptions } } } (paths relative to FILE)' },
+  { key: 'models-max', names: ['--models-max'], env: 'LLAMA_ARG_MODELS_MAX', kind: 'string', arg: 'N', group: G.many, help: 'at most N loaded at once (0: no limit)', def: '4' },
   { key: 'memory-max', names: ['--memory-max'], kind: 'string', arg: 'BYTES', group: G.many, help: "at most BYTES loaded, by inspect's estimate (K, M, G suffixes)" },
   { key: 'idle-unload', names: ['--idle-unload'], kind: 'string', arg: 'SECONDS', group: G.many, help: 'unload a model no request used for that long' },
   { key: 'pin', names: ['--pin'], kind: 'string', arg: 'ALIAS', multiple: true, group: G.many, help: 'load ALIAS at start and never unload it; repeats' },
-  { key: 'models-autoload', names: ['--models-autoload'], negations: ['--no-models-autoload'], env: 'LLAMA_ARG_MODELS_AUTOLOAD', kind: 'bool', group: G.many, help: 'load a model when a request names it', accepted: 'models always load on demand' },
+  { key: 'models-autoload', names: ['--models-autoload'], negations: ['--no-models-autoload'], env: 'LLAMA_ARG_MODELS_AUTOLOAD', kind: 'bool', group: G.many, help: 'load a model when a request names it (off: a 400 until POST /models/load; a request\'s ?autoload= says otherwise)', def: 'on' },
 
   // llama-server's, for features this server lacks: named in the error.
   { key: 'slot-save-path', names: ['--slot-save-path'], kind: 'string', arg: 'PATH', group: G.other, missing: 'saving slots over HTTP is not supported yet (the library has saveSession)' },

@@ -1,12 +1,13 @@
 // `llama-engine serve`: its flags (llama-server's, from the options table
 // in serve-options.mjs), one model or many behind the router, and the
 // server's life: listening, signals, shutdown.
-import { existsSync, readdirSync, readFileSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
+import { existsSync, readdirSync } from 'node:fs'
+import { join, resolve } from 'node:path'
 import { createRequire } from 'node:module'
 import { UsageError, helpText, numberOf, parseTable } from './table.mjs'
 import { SERVE_GROUPS, SERVE_TABLE, modelFromHub, serveExtras } from './serve-options.mjs'
 import { BUILTIN_TEMPLATES, SIGNAL_EXIT, loadOptions, number } from './common.mjs'
+import { readPresetFile } from './presets.mjs'
 
 export const SERVE_USAGE = `Usage: llama-engine serve [options]
 
@@ -17,10 +18,13 @@ llama-server's command line: its spellings mean what they mean there
 (docs/server.md, "Coming from llama-server").
 
 ${helpText(SERVE_TABLE, SERVE_GROUPS)}
-With several models (--models, --model ALIAS=URI, --models-preset), the request's
-"model" picks; each loads on demand in its own child process; GET /v1/models lists
-them with their state. The model flags (--ctx-size, --parallel, --threads, --draft,
---lora, …) apply to every model. POST /models/load and /models/unload { "model": ALIAS }.
+Without a model, llama-server's router over the models of the Hugging Face cache
+(LLAMA_CACHE, else HF_HUB_CACHE, else ~/.cache/huggingface/hub), named OWNER/REPO:TAG.
+With several models (the cache's, --models DIR, --model ALIAS=URI, --models-preset),
+the request's "model" picks; each loads on demand in its own child process; GET
+/v1/models lists them with their state (?reload=1 reads them again). The model flags
+(--ctx-size, --parallel, --threads, --draft, --lora, …) apply to every model.
+POST /models/load and /models/unload { "model": ALIAS }.
 
 SIGTERM or SIGINT: queued requests get 503, running ones finish (or are
 aborted after the grace period), the engine is disposed; exit code 143/130.
@@ -55,7 +59,8 @@ export function parseServe(argv, env = process.env) {
   const models = v.model ?? (hub !== undefined ? [hub] : [])
   Object.assign(v, serveLoadValues(v, given))
   const aliased = models.filter((m) => isAlias(m))
-  const many = v.models !== undefined || v['models-preset'] !== undefined || aliased.length > 0
+  // No model: llama-server's router, over the models in the cache.
+  const many = v.models !== undefined || v['models-preset'] !== undefined || aliased.length > 0 || models.length === 0
   if (!many) {
     for (const flag of ['models-max', 'memory-max', 'idle-unload', 'pin']) {
       if (v[flag] !== undefined) throw new UsageError(`--${flag} goes with many models: --models DIR, --model ALIAS=URI or --models-preset FILE`)
@@ -66,17 +71,22 @@ export function parseServe(argv, env = process.env) {
   }
   if (aliased.length !== models.length) throw new UsageError('--model: with several models, each is ALIAS=URI')
   const { modelPath, ...shared } = { ...loadOptions({ ...v, model: undefined }, env), ...serveLoad(v, given) }
-  const router = { models: [], dir: v.models, engineOptions: { ...shared, isolation } }
-  const add = (name, uri, extra = {}) => {
-    if (router.models.some((m) => m.name === name)) throw new UsageError(`the model ${JSON.stringify(name)} is named twice`)
-    router.models.push({ name, uri, ...extra })
-  }
+  // The cache's models are listed as llama-server lists them, unless the
+  // models are ours (ALIAS=URI).
+  const router = { models: [], dir: v.models, preset: v['models-preset'], cache: aliased.length === 0, engineOptions: { ...shared, isolation }, env }
   for (const m of aliased) {
     const i = m.indexOf('=')
-    add(m.slice(0, i), uriOf(m.slice(i + 1)))
+    const name = m.slice(0, i)
+    if (router.models.some((x) => x.name === name)) throw new UsageError(`the model ${JSON.stringify(name)} is named twice`)
+    router.models.push({ name, uri: uriOf(m.slice(i + 1)) })
   }
-  if (v['models-preset'] !== undefined) for (const [name, m] of Object.entries(readPreset(v['models-preset']))) add(name, m.uri, m)
-  if (v['models-max'] !== undefined) router.modelsMax = positive('models-max', v['models-max'])
+  // The preset is read now (its errors are usage errors) and again on reload.
+  if (router.preset !== undefined) presetModels(router)
+  // llama-server's default: 4 at once (0: no limit).
+  const max = v['models-max'] === undefined ? 4 : number('models-max', v['models-max'], 'int')
+  if (max < 0) throw new UsageError(`--models-max: expected 0 (no limit) or a positive integer, got ${JSON.stringify(v['models-max'])}`)
+  if (max > 0) router.modelsMax = max
+  if (v['models-autoload'] === false) router.autoload = false
   if (v['memory-max'] !== undefined) router.memoryMax = bytesFlag('memory-max', v['memory-max'])
   if (v['idle-unload'] !== undefined) router.idleUnloadMs = positive('idle-unload', v['idle-unload']) * 1000
   router.pin = v.pin ?? []
@@ -102,6 +112,10 @@ function serveLoad(v, given) {
   const load = {}
   if (v['batch-size'] !== undefined) load.batchSize = numberOf(given['batch-size'], v['batch-size'], 'int')
   if (v.offline) load.offline = true
+  if (v['draft-hf'] !== undefined) {
+    if (v.draft !== undefined) throw new UsageError(`${given['draft-hf']}: a draft model is named by --draft already`)
+    load.draftModelPath = `hf:${v['draft-hf']}`
+  }
   if (v['n-gpu-layers'] !== undefined) {
     const t = v['n-gpu-layers']
     if (t === 'all') load.gpuLayers = 99
@@ -140,22 +154,66 @@ function bytesFlag(flag, text) {
   return n
 }
 
-/** A presets file: `{ ALIAS: { model, pinned?, options? } }`, paths relative to the file. */
-function readPreset(file) {
-  let preset
-  try {
-    preset = JSON.parse(readFileSync(file, 'utf8'))
-  } catch (e) {
-    throw new UsageError(`--models-preset: cannot read ${file} (${e.code || e.message})`)
+/**
+ * The preset's models (`--models-preset`, read again on each reload): ours
+ * in JSON, or llama-server's INI, whose sections' flags become each model's
+ * load options under the command line's (llama-server's precedence: the
+ * command line, the model's section, `[*]`). A section without a model
+ * names a model of the cache (its settings; resolved with the cache's list).
+ */
+function presetModels(router) {
+  const { kind, models } = readPresetFile(router.preset, SERVE_TABLE)
+  if (kind === 'json') return models
+  return models.map((m) => {
+    const { values: pv, given: pg } = parseTable(m.argv, SERVE_TABLE, {})
+    Object.assign(pv, serveLoadValues(pv, pg))
+    const { modelPath, ...load } = { ...loadOptions({ ...pv, model: undefined }, router.env), ...serveLoad(pv, pg) }
+    const options = Object.fromEntries(Object.entries(load).filter(([k]) => !(k in router.engineOptions) || router.engineOptions[k] === undefined))
+    return { name: m.name, uri: m.uri, options, preload: m.loadOnStartup, dedup: m.dedup }
+  })
+}
+
+/**
+ * Every model the router serves now: the aliases, the preset's, the
+ * directory's and (llama-server's router) the cache's, by name, the first
+ * source of a name winning; a preset section naming a cache model gives it
+ * its settings; `dedup-cache-models` hides the cache entry of a file a
+ * preset names (still served by its name).
+ */
+async function routerModels(router, inspectModel, listCachedModels, resolveModel) {
+  let models = [...router.models]
+  const add = (m) => {
+    if (!models.some((x) => x.name === m.name)) models.push(m)
   }
-  if (preset === null || typeof preset !== 'object' || Array.isArray(preset)) throw new UsageError('--models-preset: expected a JSON object of ALIAS: { model, pinned?, options? }')
-  const base = dirname(resolve(file))
-  const out = {}
-  for (const [name, m] of Object.entries(preset)) {
-    if (m === null || typeof m !== 'object' || typeof m.model !== 'string' || m.model === '') throw new UsageError(`--models-preset: ${name}: expected { "model": PATH|URI, … }`)
-    if (m.options != null && (typeof m.options !== 'object' || Array.isArray(m.options))) throw new UsageError(`--models-preset: ${name}.options: expected an object of EngineOptions`)
-    const uri = /^(hf:|https?:\/\/)/i.test(m.model) ? m.model : resolve(base, m.model)
-    out[name] = { uri, pinned: m.pinned === true, ...(m.options ? { options: m.options } : {}) }
+  const preset = router.preset !== undefined ? presetModels(router) : []
+  for (const m of preset) if (m.uri !== undefined) add(m)
+  if (router.dir !== undefined) for (const m of await modelsIn(router.dir, inspectModel, router.engineOptions)) add(m)
+  if (router.cache) {
+    const offline = { offline: true }
+    const hidden = new Set()
+    for (const m of preset.filter((p) => p.dedup && p.uri !== undefined)) {
+      for (const uri of [m.uri, m.options?.draftModelPath]) {
+        if (typeof uri === 'string') hidden.add(await resolveModel(uri, offline).catch(() => null))
+      }
+    }
+    for (const c of listCachedModels()) {
+      const settings = preset.find((p) => p.uri === undefined && p.name === c.name)
+      const options = { ...(c.mmproj && router.engineOptions.mmprojPath === undefined ? { mmprojPath: c.mmproj } : {}), ...settings?.options }
+      add({ name: c.name, uri: c.path, options, hidden: hidden.has(c.path), preload: settings?.preload })
+    }
+  }
+  const unknown = preset.find((p) => p.uri === undefined && !models.some((m) => m.name === p.name))
+  if (unknown) throw new UsageError(`--models-preset: [${unknown.name}] names no model (give model or hf-repo; no model of the cache has that name)`)
+  // As llama-server: a model without a chat template chats in ChatML (a
+  // local file is read now; a remote one is not fetched for it).
+  const out = []
+  for (const { dedup, ...m } of models) {
+    const load = { ...router.engineOptions, ...m.options, modelPath: m.uri }
+    if (!/^(hf:|https?:\/\/)/i.test(m.uri) && m.options?.chatTemplate === undefined) {
+      const chat = await withChatTemplate(load, inspectModel)
+      if (chat.chatTemplate !== load.chatTemplate) m.options = { ...m.options, chatTemplate: chat.chatTemplate }
+    }
+    out.push(m)
   }
   return out
 }
@@ -229,31 +287,33 @@ export async function serve(argv) {
     const server = createServer({ ...cli.server, engine: loading, signals: false, onError })
     return runServer(server, cli.listen, { serving: `loading ${cli.load.modelPath}`, loading, disposed: 'engine disposed' })
   }
-  // Many models: the directory's, the aliases' and the preset's, pinned as asked.
+  // Many models: the aliases', the preset's, the directory's and the cache's, pinned as asked.
   const { router } = cli
-  let models = router.models
+  const { listCachedModels, resolveModel } = require('../../lib/models/resolve.js')
+  const list = async () => {
+    const models = await routerModels(router, inspectModel, listCachedModels, resolveModel)
+    for (const m of models) if (router.pin.includes(m.name)) m.pinned = true
+    return models
+  }
+  let models
   let server
   try {
-    if (router.dir !== undefined) {
-      for (const m of await modelsIn(router.dir, inspectModel, router.engineOptions)) {
-        if (!models.some((x) => x.name === m.name)) models = [...models, m]
-      }
-    }
-    if (models.length === 0) throw new UsageError(`--models: no model GGUF in ${router.dir}`)
+    models = await list()
+    if (models.length === 0 && router.dir !== undefined && !router.cache) throw new UsageError(`--models: no model GGUF in ${router.dir}`)
     for (const name of router.pin) {
-      const m = models.find((x) => x.name === name)
-      if (!m) throw new UsageError(`--pin: no model named ${JSON.stringify(name)} (${models.map((x) => x.name).join(', ')})`)
-      m.pinned = true
+      if (!models.some((x) => x.name === name)) throw new UsageError(`--pin: no model named ${JSON.stringify(name)} (${models.map((x) => x.name).join(', ')})`)
     }
-    const { modelsMax, memoryMax, idleUnloadMs, engineOptions } = router
-    server = createServer({ ...cli.server, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, signals: false, onError })
+    const { modelsMax, memoryMax, idleUnloadMs, engineOptions, autoload } = router
+    server = createServer({ ...cli.server, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, modelsAutoload: autoload, reloadModels: list, signals: false, onError })
+    // load-on-startup: loaded now, unloaded as any other later.
+    for (const m of models) if (m.preload && !m.pinned) server.router.load(m.name).catch(() => {})
   } catch (e) {
     if (!(e instanceof UsageError) && !(e instanceof TypeError)) throw e
     stderr.write(`llama-engine serve: ${e.message}\n\n${SERVE_USAGE}`)
     return 2
   }
   const names = models.map((m) => m.name + (m.pinned ? ' (pinned)' : '')).join(', ')
-  return runServer(server, cli.listen, { serving: `${models.length} models: ${names}`, loading: null, disposed: 'engines disposed' })
+  return runServer(server, cli.listen, { serving: `${models.length} models${models.length ? `: ${names}` : ''}`, loading: null, disposed: 'engines disposed' })
 }
 
 /**

@@ -3,7 +3,8 @@
 //   hf:OWNER/REPO:QUANT     the repository's .gguf whose name holds QUANT
 //                           (case-insensitive; every part of a split GGUF
 //                           `-0000k-of-0000n`, the first returned)
-//   hf:OWNER/REPO           the same with Q4_K_M, llama.cpp's default
+//   hf:OWNER/REPO           as llama.cpp picks: Q4_K_M, else Q8_0, else the
+//                           repository's first model file
 //   hf:OWNER/REPO:mmproj    the repository's multimodal projector
 //                           (mmproj-*.gguf: F16, else BF16, else Q8_0, else
 //                           the shortest name; what `mmprojPath` takes)
@@ -13,7 +14,9 @@
 //
 // Hugging Face's conventions, so Python tools and this package share one
 // cache: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, and the hub
-// cache (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub):
+// cache, found as llama.cpp finds it (LLAMA_CACHE, else HF_HUB_CACHE, else
+// HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub,
+// else ~/.cache/huggingface/hub):
 // models--OWNER--REPO/blobs/<sha256>, snapshots/<revision>/PATH a link to
 // the blob, refs/main the revision. The file list and each file's sha256 come
 // from {endpoint}/api/models/{repo}/tree/main; the bytes from
@@ -65,7 +68,7 @@ function parseModelUri(uri) {
   if (parts.length === 2) {
     const [name, quant] = parts[1].split(':')
     if (!name) throw resolveError(`${uri}: expected hf:OWNER/REPO:QUANT`)
-    return { kind: 'hf', repo: `${owner}/${name}`, quant: quant || DEFAULT_QUANT }
+    return { kind: 'hf', repo: `${owner}/${name}`, quant: quant || DEFAULT_QUANT, ...(quant ? {} : { fallback: true }) }
   }
   const file = parts.slice(2).join('/')
   if (file.includes('..') || !/\.gguf$/i.test(file)) throw resolveError(`${uri}: the file must be a .gguf path inside the repository`)
@@ -74,9 +77,53 @@ function parseModelUri(uri) {
 
 function hubCache(cacheDir) {
   if (cacheDir) return path.resolve(cacheDir)
-  if (process.env.HF_HUB_CACHE) return path.resolve(process.env.HF_HUB_CACHE)
-  if (process.env.HF_HOME) return path.join(path.resolve(process.env.HF_HOME), 'hub')
+  const env = process.env
+  for (const name of ['LLAMA_CACHE', 'HF_HUB_CACHE', 'HUGGINGFACE_HUB_CACHE']) if (env[name]) return path.resolve(env[name])
+  if (env.HF_HOME) return path.join(path.resolve(env.HF_HOME), 'hub')
+  if (env.XDG_CACHE_HOME) return path.join(path.resolve(env.XDG_CACHE_HOME), 'huggingface', 'hub')
   return path.join(os.homedir(), '.cache', 'huggingface', 'hub')
+}
+
+// A model file's quantization tag as llama.cpp reads it from the name
+// (`-Q8_0.gguf`, `.F16.gguf`, the split suffix left out), upper-cased.
+const TAG = /[-.]([A-Z0-9_]+)$/i
+// Files beside models that are not models: projectors and draft heads.
+const NOT_MODEL = /mmproj|^mtp-|^eagle3-|^dflash-|^dspark-/i
+
+/**
+ * The models in the hub cache, as llama-server's router lists them:
+ * `{ name: 'OWNER/REPO:TAG', uri: 'hf:OWNER/REPO:TAG', path, mmproj? }`
+ * for each model file with a tag in its name (the first part of a split
+ * one), with the repository's projector if it has one.
+ */
+function listCachedModels(cacheDir) {
+  const root = hubCache(cacheDir)
+  let dirs
+  try {
+    dirs = fs.readdirSync(root).filter((d) => d.startsWith('models--')).sort()
+  } catch {
+    return []
+  }
+  const out = []
+  for (const dir of dirs) {
+    const repo = dir.slice('models--'.length).replace(/--/g, '/')
+    if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) continue
+    const snap = cachedSnapshot(path.join(root, dir))
+    if (!snap) continue
+    const ggufs = snap.files.filter((f) => /\.gguf$/i.test(f)).sort()
+    const projector = ggufs.find((f) => /mmproj/i.test(path.basename(f)))
+    const seen = new Set()
+    for (const f of ggufs) {
+      const base = path.basename(f)
+      const split = SPLIT.exec(base)
+      if (NOT_MODEL.test(base) || (split && Number(split[1]) !== 1)) continue
+      const tag = TAG.exec(base.replace(split ? SPLIT : /\.gguf$/i, ''))?.[1]?.toUpperCase()
+      if (!tag || seen.has(tag)) continue
+      seen.add(tag)
+      out.push({ name: `${repo}:${tag}`, uri: `hf:${repo}:${tag}`, path: path.join(snap.root, f), ...(projector ? { mmproj: path.join(snap.root, projector) } : {}) })
+    }
+  }
+  return out
 }
 
 function endpoint() {
@@ -106,7 +153,12 @@ function pick(candidates, want, repo) {
     const rank = (p) => ['f16', 'bf16', 'q8_0'].findIndex((t) => path.basename(p).toLowerCase().includes(t)) >>> 0
     return [projectors.sort((a, b) => rank(a) - rank(b) || a.length - b.length || a.localeCompare(b))[0]]
   }
-  const named = ggufs.filter((p) => p.toLowerCase().includes(q) && !/mmproj/i.test(path.basename(p))).sort()
+  let named = ggufs.filter((p) => p.toLowerCase().includes(q) && !/mmproj/i.test(path.basename(p))).sort()
+  // No tag named: llama.cpp's choice, Q4_K_M, else Q8_0, else the first model file.
+  if (named.length === 0 && want.fallback) {
+    named = ggufs.filter((p) => p.toLowerCase().includes('q8_0') && !NOT_MODEL.test(path.basename(p))).sort()
+    if (named.length === 0) named = ggufs.filter((p) => !NOT_MODEL.test(path.basename(p))).sort()
+  }
   if (named.length === 0) {
     const quants = [...new Set(ggufs.map((p) => /[._-](I?Q\d[\w]*|F16|BF16|F32)/i.exec(path.basename(p))?.[1]).filter(Boolean))]
     throw resolveError(`${repo}: no .gguf file whose name contains ${want.quant}${quants.length ? ` (it has ${quants.join(', ')})` : ''}`)
@@ -359,4 +411,4 @@ function isRemoteModel(uri) {
   return typeof uri === 'string' && (uri.startsWith('hf:') || /^https?:\/\//i.test(uri))
 }
 
-module.exports = { resolveModel, parseModelUri, isRemoteModel, hubCache }
+module.exports = { resolveModel, parseModelUri, isRemoteModel, hubCache, listCachedModels }
