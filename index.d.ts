@@ -143,11 +143,12 @@ export interface EngineOptions {
   promptCacheMB?: number
   /**
    * How `embed()` turns an input's token vectors into one vector: `mean`
-   * (their average), `cls` (the first token's), `last` (the last token's).
-   * Default: the GGUF's `<arch>.pooling_type` when it names one of these,
-   * else `mean`.
+   * (their average), `cls` (the first token's), `last` (the last token's);
+   * `rank`: the model is a reranker (its classifier head scores the pair;
+   * `rerank()` only). Default: the GGUF's `<arch>.pooling_type` when it
+   * names one of these, else `mean`.
    */
-  pooling?: 'mean' | 'cls' | 'last'
+  pooling?: 'mean' | 'cls' | 'last' | 'rank'
   /**
    * LoRA adapters (GGUF, llama.cpp's adapter format; paths or model URIs as
    * `modelPath`), applied at `scale` (default 1) to requests without their
@@ -223,6 +224,20 @@ export interface EngineOptions {
 }
 
 /** What `embed()` takes besides its input. */
+export interface RerankOptions {
+  /** Only the best N results. Default: all. */
+  topN?: number
+  /** Each result with its document's text. */
+  returnDocuments?: boolean
+}
+
+export interface RerankResult {
+  /** Best first (ties in the documents' order); `score` is the model's (a logit, or a probability for Qwen3-Reranker). */
+  results: { index: number; score: number; document?: string }[]
+  /** Tokens of every pair scored. */
+  tokens: number
+}
+
 export interface EmbedOptions {
   /** Scale each vector to unit length (L2). Default true. */
   normalize?: boolean
@@ -613,8 +628,8 @@ export interface EngineStatus {
   /** The target's decoding steps since load (one `llama_decode` each: prompt chunks, generation, verification) and the slots they served, summed (`slots / steps`: requests per step). */
   decodes?: { steps: number; slots: number }
   vocabSize?: number
-  /** How `embed()` pools (`EngineOptions.pooling`, else the GGUF's, else `mean`). */
-  pooling?: 'mean' | 'cls' | 'last'
+  /** How `embed()` pools (`EngineOptions.pooling`, else the GGUF's, else `mean`); `rank` for a reranker. */
+  pooling?: 'mean' | 'cls' | 'last' | 'rank'
   /** Values in one embedding. */
   embeddingSize?: number
   /**
@@ -842,6 +857,19 @@ export declare class LlamaEngine {
    * (`input[1]`).
    */
   embed(input: EmbedInput | EmbedInput[], options?: EmbedOptions): Promise<EmbedResult>
+  /**
+   * Scores each document against `query` with a reranker (a GGUF whose
+   * pooling is rank: a BERT-style classifier or a Qwen3-Reranker, as
+   * llama.cpp converts them), on the engine thread beside running
+   * requests. Each pair is made as llama.cpp's server makes it (the model's
+   * `tokenizer.chat_template.rerank` with `{query}` and `{document}`, else
+   * BOS, query, EOS, SEP, document, EOS as the model adds them) and scored
+   * alone, so a document's score does not depend on the others. A model
+   * that is not a reranker, an empty query or document list, a document
+   * that is not a string and a pair over `contextSize` tokens reject with
+   * `INVALID_REQUEST` (naming `documents[i]`); `embed()` on a reranker too.
+   */
+  rerank(query: string, documents: string[], options?: RerankOptions): Promise<RerankResult>
   /** Frees models and contexts now, not at GC. */
   dispose(): Promise<void>
 }

@@ -199,7 +199,7 @@ describe('pooling', () => {
   })
 
   test('an unknown pooling rejects the load with INVALID_REQUEST naming pooling', async () => {
-    const e = await rejection(load({ pooling: 'rank' }))
+    const e = await rejection(load({ pooling: 'max' }))
     expect(e.code).toBe('INVALID_REQUEST')
     expect(e.field).toBe('pooling')
   })

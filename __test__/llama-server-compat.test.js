@@ -90,7 +90,8 @@ describe("serve reads llama-server's command line", () => {
     for (const [argv, message] of [
       [['--slot-save-path', '/tmp'], /--slot-save-path: saving slots/],
       [['-ctk', 'q8_0'], /-ctk: the KV cache is F16/],
-      [['--pooling', 'rank'], /--pooling: rank is not supported/],
+      [['--pooling', 'none'], /--pooling: none is not supported/],
+      [['--reranking', '--pooling', 'mean'], /--reranking: a reranker's pooling is rank/],
       [['--no-such-flag'], /unknown option --no-such-flag/],
       [['--spec-type', 'draft-eagle3'], /--spec-type: "draft-eagle3" is not supported/],
       [['--flash-attn=sometimes'], /expected one of on, off, auto/],
@@ -416,14 +417,14 @@ describe("serve answers as llama-server does (a server started with llama-server
     expect((await missing.json()).error.message).toMatch(/input_suffix/)
   })
 
-  test('--no-slots: GET /slots is 501; so are the rerank endpoints (not built yet)', async () => {
+  test('--no-slots: GET /slots is 501; so are the rerank endpoints on a model that is no reranker', async () => {
     const res = await fetch(`${base}/slots`)
     expect(res.status).toBe(501)
     expect((await res.json()).error.type).toBe('not_supported_error')
     for (const route of ['/rerank', '/v1/rerank', '/v1/reranking']) {
       const r = await post(route, { query: 'q', documents: ['a'] })
       expect([route, r.status]).toEqual([route, 501])
-      expect((await r.json()).error.message).toMatch(/reranking is not supported/)
+      expect((await r.json()).error.message).toMatch(/does not support reranking: its model is not a reranker/)
     }
   })
 })

@@ -398,6 +398,39 @@ class LlamaEngine {
     }).then(({ embeddings, tokens }) => ({ embeddings: embeddings.map(floats), tokens }))
   }
 
+  /**
+   * Scores `documents` (strings) against `query` with a reranker (a GGUF
+   * whose pooling is rank: a BERT-style classifier or a Qwen3-Reranker, as
+   * llama.cpp converts them), on the engine thread beside running
+   * requests. Each pair is made as llama.cpp's server makes it (the
+   * model's rerank template, else BOS query EOS SEP document EOS) and
+   * scored alone. Resolves with `{ results: [{ index, score, document? }],
+   * tokens }`: best first, at most `topN` (default all), `document` with
+   * `returnDocuments`; `tokens` those of every pair.
+   */
+  rerank(query, documents, options) {
+    return this.#sessionJob(() => {
+      if (options != null && (typeof options !== 'object' || Array.isArray(options))) {
+        throw engineError('INVALID_REQUEST', 'options: expected { topN?, returnDocuments? }')
+      }
+      const topN = options?.topN
+      if (topN != null && !(Number.isInteger(topN) && topN >= 1)) throw engineError('INVALID_REQUEST', `topN: expected a positive integer, got ${JSON.stringify(topN)}`)
+      if (options?.returnDocuments != null && typeof options.returnDocuments !== 'boolean') throw engineError('INVALID_REQUEST', 'returnDocuments: expected true or false')
+      let json
+      try {
+        json = JSON.stringify({ rerank: { query, documents } })
+      } catch (e) {
+        throw engineError('INVALID_REQUEST', `documents: cannot be serialised (${e.message})`)
+      }
+      return (handle) => this.#native.embed(json, handle)
+    }).then(({ embeddings, tokens }) => {
+      const results = embeddings
+        .map((b64, index) => ({ index, score: floats(b64)[0], ...(options?.returnDocuments ? { document: documents[index] } : {}) }))
+        .sort((a, b) => b.score - a.score || a.index - b.index)
+      return { results: options?.topN ? results.slice(0, options.topN) : results, tokens }
+    })
+  }
+
   #sessionJob(prepare) {
     return new Promise((resolve, reject) => {
       if (this.#disposed) return reject(engineError('DISPOSED', 'the engine has been disposed'))

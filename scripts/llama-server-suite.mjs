@@ -63,9 +63,9 @@ const MODEL_FOR = {
   'ggml-org/test-model-stories260K-infill': 'Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf',
   'ggml-org/models/bert-bge-small/ggml-model-f16.gguf': 'SmolLM2-135M-Instruct.Q4_1.gguf',
   'ggml-org/tinygemma3-GGUF:Q8_0': 'gemma-3-270m.Q8_0.gguf',
-  // No reranker GGUF is reachable here: a model that loads, so the rerank
-  // tests say what the server lacks rather than what the network does.
-  'ggml-org/models/jina-reranker-v1-tiny-en/ggml-model-f16.gguf': 'SmolLM2-135M-Instruct.Q4_1.gguf',
+  // No reranker GGUF is reachable here: the tests' own tiny BERT classifier
+  // (scripts/rerank-fixture.mjs; its scores mean nothing).
+  'ggml-org/models/jina-reranker-v1-tiny-en/ggml-model-f16.gguf': 'bert-reranker-tiny.gguf',
 }
 // The projector that comes with a vision model of the suite (fetched by
 // llama-server with -hf): the test projector made for gemma-3-270m.

@@ -17,6 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loraAdapter, ggufBytes, writeGguf, seedOf } from './gguf-write.mjs';
 import { GEMMA_MMPROJ, GEMMA_AUDIO_MMPROJ, gemma4uaMmprojSpec, QWEN2VL_MMPROJ, gemma3MmprojSpec, qwen2vlMmprojSpec, QWEN2VL_TEXT_HPARAMS, makeMultimodalFixtures } from './mm-fixtures.mjs';
+import { RERANKER, bertRerankerSpec } from './rerank-fixture.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
@@ -262,6 +263,14 @@ const FIXTURES = [
       size(path.join(MODELS, GEMMA_MMPROJ)) === ggufBytes(gemma3MmprojSpec()).length &&
       size(path.join(MODELS, GEMMA_AUDIO_MMPROJ)) === ggufBytes(gemma4uaMmprojSpec()).length,
     make: () => makeMultimodalFixtures(MODELS),
+    verb: 'made',
+  },
+  // The rerank tests' reranker (scripts/rerank-fixture.mjs): a tiny BERT
+  // classifier, seeded random weights, the same bytes every run.
+  {
+    name: RERANKER,
+    cached: () => size(path.join(MODELS, RERANKER)) === ggufBytes(bertRerankerSpec()).length,
+    make: () => writeGguf(path.join(MODELS, RERANKER), bertRerankerSpec()),
     verb: 'made',
   },
 ];

@@ -302,9 +302,39 @@ async function detokenize(ctx) {
   ctx.json(200, { content: await ctx.engine.detokenizeAsync(body.tokens ?? []) })
 }
 
-/** llama-server's rerank endpoints: not built yet, said so (501), not 404. */
-function rerank() {
-  throw new ApiError(501, 'reranking is not supported yet', { code: 'NOT_SUPPORTED', type: 'not_supported_error' })
+/**
+ * POST /rerank (/reranking, /v1/rerank, /v1/reranking), llama-server's:
+ * `{ query, documents, top_n? }` → `{ model, object: 'list', usage,
+ * results: [{ index, relevance_score }] }` best first (Jina's and Cohere's
+ * shape); with `texts` instead of `documents`, TEI's: `[{ index, score,
+ * text? }]` (`return_text`). A model that is not a reranker: 501.
+ */
+async function rerank(ctx) {
+  const body = await ctx.body()
+  if (ctx.engine.status().pooling !== 'rank') {
+    throw new ApiError(501, 'This server does not support reranking: its model is not a reranker (a GGUF whose pooling is rank)', {
+      code: 'NOT_SUPPORTED',
+      type: 'not_supported_error',
+    })
+  }
+  const tei = body.texts !== undefined && body.documents === undefined
+  const field = tei ? 'texts' : 'documents'
+  if (typeof body.query !== 'string') throw new ApiError(400, body.query === undefined ? '"query" must be provided' : '"query" must be a string', { param: 'query' })
+  const documents = body[field]
+  if (!Array.isArray(documents) || documents.length === 0 || !documents.every((d) => typeof d === 'string')) {
+    throw new ApiError(400, `"${field}" must be a non-empty string array`, { param: field })
+  }
+  const topN = body.top_n ?? documents.length
+  if (!Number.isInteger(topN) || topN < 0) throw new ApiError(400, '"top_n" must be a non-negative integer', { param: 'top_n' })
+  const { results, tokens } = await ctx.engine.rerank(body.query, documents)
+  const top = results.slice(0, topN)
+  if (tei) return ctx.json(200, top.map((r) => ({ index: r.index, score: r.score, ...(body.return_text === true ? { text: documents[r.index] } : {}) })))
+  ctx.json(200, {
+    model: typeof body.model === 'string' ? body.model : ctx.modelName(),
+    object: 'list',
+    usage: { prompt_tokens: tokens, total_tokens: tokens },
+    results: top.map((r) => ({ index: r.index, relevance_score: r.score, ...(body.return_documents === true ? { document: { text: documents[r.index] } } : {}) })),
+  })
 }
 
 module.exports = {

@@ -60,9 +60,9 @@ export const SERVE_TABLE = [
   { key: 'rpc', names: ['--rpc'], env: 'LLAMA_ARG_RPC', kind: 'string', arg: 'HOST:PORT,…', group: G.model, help: "the model's layers on these RPC workers (llama-engine rpc-worker)" },
   { key: 'n-gpu-layers', names: ['-ngl', '--gpu-layers', '--n-gpu-layers'], env: 'LLAMA_ARG_N_GPU_LAYERS', kind: 'string', arg: 'N|auto|all', group: G.model, help: 'layers on the GPU, in a build with one', def: 'auto' },
   { key: 'portable', names: ['--portable'], kind: 'bool', group: G.model, help: "determinism 'portable': the same tokens and probabilities on every CPU (slower kernels)" },
-  { key: 'pooling', names: ['--pooling'], env: 'LLAMA_ARG_POOLING', kind: 'choice', choices: ['none', 'mean', 'cls', 'last', 'rank'], arg: 'mean|cls|last', group: G.model, help: "how /v1/embeddings pools (default: the GGUF's, else mean); none and rank are not supported yet" },
+  { key: 'pooling', names: ['--pooling'], env: 'LLAMA_ARG_POOLING', kind: 'choice', choices: ['none', 'mean', 'cls', 'last', 'rank'], arg: 'mean|cls|last|rank', group: G.model, help: "how /v1/embeddings pools (default: the GGUF's, else mean); rank: a reranker's score (the rerank endpoints); none is not supported yet" },
   { key: 'embedding', names: ['--embedding', '--embeddings'], env: 'LLAMA_ARG_EMBEDDINGS', kind: 'bool', group: G.model, help: 'embeddings only', accepted: 'every model here serves /v1/embeddings beside generation' },
-  { key: 'reranking', names: ['--rerank', '--reranking'], env: 'LLAMA_ARG_RERANKING', kind: 'bool', group: G.model, help: 'the rerank endpoints', accepted: 'reranking is not supported yet: /rerank, /v1/rerank and /v1/reranking answer 501' },
+  { key: 'reranking', names: ['--rerank', '--reranking'], env: 'LLAMA_ARG_RERANKING', kind: 'bool', group: G.model, help: 'the model is a reranker: its pooling is rank (as --pooling rank); /rerank, /v1/rerank and /v1/reranking score documents (a GGUF whose pooling is rank is one without it)' },
 
   // Context and threads
   { key: 'ctx-size', names: ['-c', '--ctx-size'], env: 'LLAMA_ARG_CTX_SIZE', kind: 'string', arg: 'N', group: G.ctx, help: "each slot's context in tokens, capped at the model's (0: the model's); llama-server's -c is the total, which with --kv-unified each request may fill: the same limit per request", def: '4096' },

@@ -122,8 +122,12 @@ function serveLoad(v, given) {
     else if (t !== 'auto') load.gpuLayers = numberOf(given['n-gpu-layers'], t, 'int')
   }
   if (v.pooling !== undefined) {
-    if (v.pooling === 'none' || v.pooling === 'rank') throw new UsageError(`${given.pooling}: ${v.pooling} is not supported yet (mean, cls, last)`)
+    if (v.pooling === 'none') throw new UsageError(`${given.pooling}: ${v.pooling} is not supported yet (mean, cls, last, rank)`)
     load.pooling = v.pooling
+  }
+  if (v.reranking === true) {
+    if (v.pooling !== undefined && v.pooling !== 'rank') throw new UsageError(`${given.reranking}: a reranker's pooling is rank, not ${v.pooling}`)
+    load.pooling = 'rank'
   }
   if (v['cache-ram'] !== undefined) {
     const mib = numberOf(given['cache-ram'], v['cache-ram'], 'int')

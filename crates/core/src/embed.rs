@@ -25,6 +25,10 @@ pub enum Pooling {
     Cls,
     /// The last token's vector (decoder models trained for it).
     Last,
+    /// A reranker's score (llama.cpp's `rank`: the classifier head over the
+    /// first token's vector for an encoder, the last one's for a decoder),
+    /// computed by llama.cpp; only `rerank()` reads it.
+    Rank,
 }
 
 impl Pooling {
@@ -33,6 +37,7 @@ impl Pooling {
             "mean" => Some(Pooling::Mean),
             "cls" => Some(Pooling::Cls),
             "last" => Some(Pooling::Last),
+            "rank" => Some(Pooling::Rank),
             _ => None,
         }
     }
@@ -42,17 +47,19 @@ impl Pooling {
             Pooling::Mean => "mean",
             Pooling::Cls => "cls",
             Pooling::Last => "last",
+            Pooling::Rank => "rank",
         }
     }
 
     /// The pooling a GGUF names (`<arch>.pooling_type`, llama.cpp's
-    /// numbering): 1 mean, 2 cls, 3 last; anything else (none, rank, absent)
-    /// is not a pooling for one vector per input.
+    /// numbering): 1 mean, 2 cls, 3 last, 4 rank; anything else (none,
+    /// absent) is not a pooling for one vector per input.
     pub fn from_gguf(value: Option<&str>) -> Option<Pooling> {
         match value?.trim().parse::<i64>().ok()? {
             1 => Some(Pooling::Mean),
             2 => Some(Pooling::Cls),
             3 => Some(Pooling::Last),
+            4 => Some(Pooling::Rank),
             _ => None,
         }
     }
@@ -134,6 +141,43 @@ pub fn parse_embed_request(value: &Value, n_vocab: i32) -> Result<EmbedRequest> 
         _ => return Err(EngineError::invalid("input", SHAPE)),
     };
     Ok(EmbedRequest { inputs, single, normalize, truncate })
+}
+
+/// Documents per `rerank()` call, at most.
+pub const MAX_DOCUMENTS: usize = 2048;
+
+/// A `rerank()` call: a query and the documents to score against it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RerankRequest {
+    pub query: String,
+    pub documents: Vec<String>,
+}
+
+/// Parses `{ rerank: { query, documents } }`: a non-empty query string and
+/// 1..=MAX_DOCUMENTS document strings (empty documents are allowed: they
+/// score as the query against nothing, as llama.cpp scores them).
+pub fn parse_rerank_request(value: &Value) -> Result<RerankRequest> {
+    let obj =
+        value.get("rerank").and_then(Value::as_object).ok_or_else(|| EngineError::invalid("rerank", "expected { query, documents }"))?;
+    let query = match obj.get("query") {
+        Some(Value::String(q)) if !q.is_empty() => q.clone(),
+        Some(Value::String(_)) => return Err(EngineError::invalid("query", "is empty")),
+        _ => return Err(EngineError::invalid("query", "required: a string")),
+    };
+    let docs = match obj.get("documents") {
+        Some(Value::Array(d)) if d.is_empty() => return Err(EngineError::invalid("documents", "is empty: expected an array of strings")),
+        Some(Value::Array(d)) if d.len() > MAX_DOCUMENTS => {
+            return Err(EngineError::invalid("documents", format!("{} documents; at most {MAX_DOCUMENTS} per call", d.len())))
+        }
+        Some(Value::Array(d)) => d,
+        _ => return Err(EngineError::invalid("documents", "required: an array of strings")),
+    };
+    let documents = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| d.as_str().map(str::to_string).ok_or_else(|| EngineError::invalid(&format!("documents[{i}]"), "expected a string")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RerankRequest { query, documents })
 }
 
 /// Content parts, as a chat message's: text and media.
@@ -222,8 +266,8 @@ impl Pooler {
                     *s += x as f64;
                 }
             }
-            Pooling::Cls if self.rows == 0 => self.kept = row.to_vec(),
-            Pooling::Cls => {}
+            Pooling::Cls | Pooling::Rank if self.rows == 0 => self.kept = row.to_vec(),
+            Pooling::Cls | Pooling::Rank => {}
             Pooling::Last => {
                 self.kept.clear();
                 self.kept.extend_from_slice(row);
@@ -243,7 +287,7 @@ impl Pooler {
                 let n = self.rows.max(1) as f64;
                 self.sum.iter().map(|&s| (s / n) as f32).collect()
             }
-            Pooling::Cls | Pooling::Last => self.kept,
+            Pooling::Cls | Pooling::Last | Pooling::Rank => self.kept,
         };
         if normalize {
             l2_normalize(&mut v);
@@ -400,5 +444,25 @@ mod tests {
         assert_eq!(to_base64(&[1.0]), "AACAPw==");
         assert_eq!(to_base64(&[1.0, -2.5]), "AACAPwAAIMA=");
         assert_eq!(to_base64(&[0.0, 0.0, 0.0]), "AAAAAAAAAAAAAAAA");
+    }
+
+    #[test]
+    fn rerank_requests_are_checked() {
+        let r = parse_rerank_request(&json!({ "rerank": { "query": "q", "documents": ["a", ""] } })).unwrap();
+        assert_eq!(r, RerankRequest { query: "q".into(), documents: vec!["a".into(), "".into()] });
+        for (bad, field) in [
+            (json!({}), "rerank"),
+            (json!({ "rerank": { "documents": ["a"] } }), "query"),
+            (json!({ "rerank": { "query": "", "documents": ["a"] } }), "query"),
+            (json!({ "rerank": { "query": "q", "documents": [] } }), "documents"),
+            (json!({ "rerank": { "query": "q", "documents": null } }), "documents"),
+            (json!({ "rerank": { "query": "q", "documents": 123 } }), "documents"),
+            (json!({ "rerank": { "query": "q", "documents": [1, 2, 3] } }), "documents[0]"),
+        ] {
+            let e = parse_rerank_request(&bad).unwrap_err();
+            assert!(e.message.starts_with(&format!("{field}:")), "{bad}: {}", e.message);
+        }
+        assert_eq!(Pooling::from_gguf(Some("4")), Some(Pooling::Rank));
+        assert_eq!(Pooling::parse("rank"), Some(Pooling::Rank));
     }
 }

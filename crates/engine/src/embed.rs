@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use super::media::{positions_of, MediaSpan, Projector};
 use super::model::{self, EngineOptions, ModelInfo};
-use llama_engine_core::embed::{to_base64, Pooler};
+use llama_engine_core::embed::{to_base64, Pooler, Pooling};
 use llama_engine_core::error::{EngineError, Result};
 use llama_engine_core::text::events::EventSink;
 
@@ -98,12 +98,16 @@ impl<'m> Embedder<'m> {
         // large as the target context's, which the projector decodes in.
         let n_batch = if projector.is_some() { chunk.max(info.n_batch as usize) } else { chunk };
         // Pooling is done here (`Pooler`), from every row's vector: llama.cpp
-        // pools per micro-batch, which would cut a chunked input.
+        // pools per micro-batch, which would cut a chunked input. A
+        // reranker's score is llama.cpp's (its classifier head, in the
+        // graph): read after an input's last chunk, which holds the token it
+        // pools (the first of the one pass of an encoder, the last for a decoder).
+        let pooling = if info.pooling == Pooling::Rank { LlamaPoolingType::Rank } else { LlamaPoolingType::None };
         let params = model::context_params(opts, limit, 1, false)
             .with_n_batch(n_batch as u32)
             .with_n_ubatch(n_batch as u32)
             .with_embeddings(true)
-            .with_pooling_type(LlamaPoolingType::None);
+            .with_pooling_type(pooling);
         let ctx = model
             .new_context(model::backend()?, params)
             .map_err(|e| EngineError::internal(format!("cannot create the embedding context ({e})")))?;
@@ -145,6 +149,13 @@ impl<'m> Embedder<'m> {
                 .map_err(|e| EngineError::internal(format!("cannot fill the embedding batch ({e})")))?;
         }
         self.ctx.decode(&mut self.batch).map_err(|e| EngineError::internal(format!("cannot compute embeddings ({e})")))?;
+        if info.pooling == Pooling::Rank {
+            if end >= input.len() {
+                let score = self.ctx.embeddings_seq_ith(0).map_err(|e| EngineError::internal(format!("no score for input {i} ({e})")))?;
+                pooler.add(score);
+            }
+            return Ok(self.advance(job, i, pooler, end));
+        }
         for k in 0..end - start {
             let row = self
                 .ctx

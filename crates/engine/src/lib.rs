@@ -316,6 +316,19 @@ impl Engine {
     /// encoded by the projector: a bad one is refused before anything is
     /// queued.
     pub fn prepare_embed(&self, request: &serde_json::Value) -> Result<embed::PreparedEmbed> {
+        let reranking = self.info.pooling == llama_engine_core::embed::Pooling::Rank;
+        if request.get("rerank").is_some() {
+            return self.prepare_rerank(request);
+        }
+        if reranking {
+            return Err(EngineError::invalid(
+                "input",
+                format!(
+                    "{} is a reranker (its pooling is rank): it scores documents against a query (rerank()), it gives no embeddings",
+                    self.info.name
+                ),
+            ));
+        }
         let request = parse_embed_request(request, self.info.n_vocab)?;
         let model = self.model()?;
         let mut media = Vec::with_capacity(request.inputs.len());
@@ -365,6 +378,70 @@ impl Engine {
         request.fit(&mut tokens, self.info.n_ctx as usize)?;
         let inputs = tokens.into_iter().map(|t| t.into_iter().map(LlamaToken).collect()).collect();
         Ok(embed::EmbedJob::new(inputs, media, request.normalize))
+    }
+
+    /// Checks a `rerank()` call (`{ rerank: { query, documents } }`) and
+    /// makes each document's input as llama.cpp's server does: the model's
+    /// `rerank` template (`{query}`, `{document}` in
+    /// `tokenizer.chat_template.rerank`, special tokens read), else BOS (if
+    /// the model adds it), the query, EOS (if it adds it, else SEP), SEP
+    /// (if it adds it), the document, EOS. Each pair is scored alone (its
+    /// score the same whatever else is in the call); a pair longer than the
+    /// context is refused, naming its document.
+    fn prepare_rerank(&self, request: &serde_json::Value) -> Result<embed::PreparedEmbed> {
+        if self.info.pooling != llama_engine_core::embed::Pooling::Rank {
+            return Err(EngineError::invalid(
+                "rerank",
+                format!("{} is not a reranker: its GGUF's pooling is not rank (load a reranker, such as a BERT classifier or a Qwen3-Reranker converted by llama.cpp)", self.info.name),
+            ));
+        }
+        let request = llama_engine_core::embed::parse_rerank_request(request)?;
+        let model = self.model()?;
+        let vocab = model.vocab();
+        let template = model.chat_template(Some("rerank")).ok().and_then(|t| t.to_string().ok());
+        let tokens = |text: &str, special: bool| vocab.tokenize(text.as_bytes(), false, special);
+        let query = tokens(&request.query, false);
+        let eos = if vocab.eos().0 >= 0 { vocab.eos() } else { vocab.sep() };
+        let mut inputs = Vec::with_capacity(request.documents.len());
+        for (i, doc) in request.documents.iter().enumerate() {
+            let input = match &template {
+                Some(t) => tokens(&t.replace("{query}", &request.query).replace("{document}", doc), true),
+                None => {
+                    let mut v = Vec::new();
+                    if vocab.should_add_bos() {
+                        v.push(vocab.bos());
+                    }
+                    v.extend_from_slice(&query);
+                    if vocab.should_add_eos() {
+                        v.push(eos);
+                    }
+                    if vocab.should_add_sep() {
+                        v.push(vocab.sep());
+                    }
+                    v.extend(tokens(doc, false));
+                    if vocab.should_add_eos() {
+                        v.push(eos);
+                    }
+                    v
+                }
+            };
+            if input.is_empty() {
+                return Err(EngineError::invalid(&format!("documents[{i}]"), "the pair made no tokens"));
+            }
+            if input.len() > self.info.n_ctx as usize {
+                return Err(EngineError::invalid(
+                    &format!("documents[{i}]"),
+                    format!(
+                        "too large: {} tokens with the query; the engine scores at most {} per pair (its contextSize)",
+                        input.len(),
+                        self.info.n_ctx
+                    ),
+                ));
+            }
+            inputs.push(input);
+        }
+        let media = vec![Vec::new(); inputs.len()];
+        Ok(embed::EmbedJob::new(inputs, media, false))
     }
 
     /// Queues a prepared `embed()` call; its answer goes to `sink`.

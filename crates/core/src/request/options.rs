@@ -263,7 +263,7 @@ fn pooling(obj: &Map<String, Value>) -> Result<Option<Pooling>> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Pooling::parse(s)
             .map(Some)
-            .ok_or_else(|| EngineError::invalid("pooling", format!("expected \"mean\", \"cls\" or \"last\", got {s:?}"))),
+            .ok_or_else(|| EngineError::invalid("pooling", format!("expected \"mean\", \"cls\", \"last\" or \"rank\", got {s:?}"))),
         Some(_) => Err(EngineError::invalid("pooling", "expected a string")),
     }
 }

@@ -1,0 +1,168 @@
+// A tiny deterministic reranker GGUF for the rerank tests: llama.cpp's
+// `bert` architecture with a classification head (pooling `rank`), random
+// weights from seeds (scripts/gguf-write.mjs: the same bytes on every run
+// and machine), a WordPiece vocabulary of a few hundred words. Its scores
+// mean nothing; what the tests check is that they are the ones this model
+// computes (`bertReference`, a plain forward pass in double precision) and
+// that the engine and the server treat them as llama.cpp's server does.
+//
+//   bertRerankerSpec()            { kv, tensors } for writeGguf
+//   bertReference(spec, tokens)   the score of one input (token ids)
+//   RERANKER                      its file name in models/
+//
+// Shapes as llama.cpp's src/models/bert.cpp reads them (ne in ggml's order:
+// a Linear(in, out) weight is [in, out]); the head as its build_pooling
+// (rank): cls (tanh) then cls.output, over the first token's vector.
+import { normals, seedOf } from './gguf-write.mjs';
+
+export const RERANKER = 'bert-reranker-tiny.gguf';
+export const RERANKER_HPARAMS = { nEmbd: 32, nHead: 2, nLayer: 2, nFf: 64, nCtx: 512, eps: 1e-12 };
+
+const SPECIAL = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'];
+const WORDS = (
+  'a about acquiring action all also an and animals apply are art artificial as be by can capital capitale city concerned control culture data de ' +
+  'development devices does du en engines est et evidence field for forces france from generalize grande has humans in instructions intelligence ' +
+  'is it jumps knowledge la lazy le learn learning les machine machines many may model models motors movement new not of on or over paris perform ' +
+  'physical plants power process quick study system systems that the there this to uses values ville what which with without'
+).split(' ');
+const LETTERS = 'abcdefghijklmnopqrstuvwxyz0123456789'.split('');
+const PUNCT = '.,?!\'"-:;()'.split('');
+
+/** The vocabulary, as llama.cpp's WPM tokenizer reads it: a word start is `▁` + the piece, a continuation the piece alone. */
+export function rerankerVocab() {
+  const all = [...SPECIAL, ...WORDS.map((w) => `▁${w}`), ...LETTERS.map((c) => `▁${c}`), ...LETTERS, ...PUNCT.map((c) => `▁${c}`), ...['s', 'ing', 'ed', 'er', 'ly', 'es']];
+  return [...new Set(all)];
+}
+
+function tensor(name, ne, std, key = 'bert-reranker-tiny') {
+  const draw = normals(seedOf(`${key}/${name}`));
+  const n = ne.reduce((a, b) => a * b, 1);
+  const data = new Float32Array(n);
+  for (let i = 0; i < n; i++) data[i] = draw() * std;
+  return { name, ne, type: 'F32', data };
+}
+const ones = (name, n) => ({ name, ne: [n], type: 'F32', data: new Float32Array(n).fill(1) });
+const zeros = (name, n) => ({ name, ne: [n], type: 'F32', data: new Float32Array(n) });
+
+export function bertRerankerSpec() {
+  const { nEmbd, nHead, nLayer, nFf, nCtx, eps } = RERANKER_HPARAMS;
+  const tokens = rerankerVocab();
+  const arch = 'bert';
+  const kv = [
+    ['general.architecture', 'STRING', arch],
+    ['general.type', 'STRING', 'model'],
+    ['general.name', 'STRING', 'bert-reranker-tiny (random weights, test fixture)'],
+    ['general.file_type', 'U32', 0],
+    [`${arch}.context_length`, 'U32', nCtx],
+    [`${arch}.embedding_length`, 'U32', nEmbd],
+    [`${arch}.block_count`, 'U32', nLayer],
+    [`${arch}.feed_forward_length`, 'U32', nFf],
+    [`${arch}.attention.head_count`, 'U32', nHead],
+    [`${arch}.attention.layer_norm_epsilon`, 'F32', eps],
+    [`${arch}.attention.causal`, 'BOOL', false],
+    [`${arch}.pooling_type`, 'U32', 4],
+    ['tokenizer.ggml.model', 'STRING', 'bert'],
+    ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], tokens],
+    ['tokenizer.ggml.token_type', ['ARRAY', 'I32'], tokens.map((t) => (SPECIAL.includes(t) ? 3 : 1))],
+    ['tokenizer.ggml.token_type_count', 'U32', 2],
+    ['tokenizer.ggml.padding_token_id', 'U32', 0],
+    ['tokenizer.ggml.unknown_token_id', 'U32', 1],
+    ['tokenizer.ggml.bos_token_id', 'U32', 2],
+    ['tokenizer.ggml.seperator_token_id', 'U32', 3],
+    ['tokenizer.ggml.eos_token_id', 'U32', 3],
+    ['tokenizer.ggml.mask_token_id', 'U32', 4],
+    ['tokenizer.ggml.add_bos_token', 'BOOL', true],
+    ['tokenizer.ggml.add_eos_token', 'BOOL', true],
+    ['tokenizer.ggml.add_sep_token', 'BOOL', false],
+  ];
+  const tensors = [
+    tensor('token_embd.weight', [nEmbd, tokens.length], 0.5),
+    tensor('token_types.weight', [nEmbd, 2], 0.1),
+    tensor('position_embd.weight', [nEmbd, nCtx], 0.1),
+    ones('token_embd_norm.weight', nEmbd),
+    zeros('token_embd_norm.bias', nEmbd),
+  ];
+  const w = 1 / Math.sqrt(nEmbd);
+  for (let i = 0; i < nLayer; i++) {
+    const b = `blk.${i}`;
+    tensors.push(
+      tensor(`${b}.attn_q.weight`, [nEmbd, nEmbd], w), tensor(`${b}.attn_q.bias`, [nEmbd], 0.02),
+      tensor(`${b}.attn_k.weight`, [nEmbd, nEmbd], w), tensor(`${b}.attn_k.bias`, [nEmbd], 0.02),
+      tensor(`${b}.attn_v.weight`, [nEmbd, nEmbd], w), tensor(`${b}.attn_v.bias`, [nEmbd], 0.02),
+      tensor(`${b}.attn_output.weight`, [nEmbd, nEmbd], w), tensor(`${b}.attn_output.bias`, [nEmbd], 0.02),
+      ones(`${b}.attn_output_norm.weight`, nEmbd), zeros(`${b}.attn_output_norm.bias`, nEmbd),
+      tensor(`${b}.ffn_up.weight`, [nEmbd, nFf], w), tensor(`${b}.ffn_up.bias`, [nFf], 0.02),
+      tensor(`${b}.ffn_down.weight`, [nFf, nEmbd], 1 / Math.sqrt(nFf)), tensor(`${b}.ffn_down.bias`, [nEmbd], 0.02),
+      ones(`${b}.layer_output_norm.weight`, nEmbd), zeros(`${b}.layer_output_norm.bias`, nEmbd),
+    );
+  }
+  tensors.push(tensor('cls.weight', [nEmbd, nEmbd], w), tensor('cls.bias', [nEmbd], 0.02), tensor('cls.output.weight', [nEmbd, 1], 1), tensor('cls.output.bias', [1], 0.1));
+  return { kv, tensors };
+}
+
+/**
+ * The score of one input (token ids) by this model, in double precision:
+ * BERT's encoder (token + type 0 + position embeddings, layer norms after
+ * attention and after the GELU feed-forward), then the head over the first
+ * token. GELU as ggml computes it (the tanh approximation).
+ */
+export function bertReference(spec, ids) {
+  const { nEmbd, nHead, nLayer, eps } = RERANKER_HPARAMS;
+  const T = new Map(spec.tensors.map((t) => [t.name, t]));
+  const get = (name) => T.get(name).data;
+  // y = W x + b for W of ne [nIn, nOut] (row o at o * nIn).
+  const linear = (x, name, nIn, nOut) => {
+    const W = get(`${name}.weight`);
+    const b = T.has(`${name}.bias`) ? get(`${name}.bias`) : null;
+    const y = new Float64Array(nOut);
+    for (let o = 0; o < nOut; o++) {
+      let s = b ? b[o] : 0;
+      for (let i = 0; i < nIn; i++) s += W[o * nIn + i] * x[i];
+      y[o] = s;
+    }
+    return y;
+  };
+  const norm = (x, name) => {
+    const n = x.length;
+    const mean = x.reduce((a, b) => a + b, 0) / n;
+    const v = x.reduce((a, b) => a + (b - mean) ** 2, 0) / n;
+    const g = get(`${name}.weight`);
+    const bb = get(`${name}.bias`);
+    return x.map((a, i) => ((a - mean) / Math.sqrt(v + eps)) * g[i] + bb[i]);
+  };
+  const gelu = (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3)));
+  const emb = get('token_embd.weight');
+  const typ = get('token_types.weight');
+  const pos = get('position_embd.weight');
+  let h = ids.map((id, p) => norm(Float64Array.from({ length: nEmbd }, (_, i) => emb[id * nEmbd + i] + typ[i] + pos[p * nEmbd + i]), 'token_embd_norm'));
+  const nFf = RERANKER_HPARAMS.nFf;
+  const d = nEmbd / nHead;
+  for (let l = 0; l < nLayer; l++) {
+    const b = `blk.${l}`;
+    const q = h.map((x) => linear(x, `${b}.attn_q`, nEmbd, nEmbd));
+    const k = h.map((x) => linear(x, `${b}.attn_k`, nEmbd, nEmbd));
+    const v = h.map((x) => linear(x, `${b}.attn_v`, nEmbd, nEmbd));
+    const att = h.map(() => new Float64Array(nEmbd));
+    for (let hd = 0; hd < nHead; hd++) {
+      for (let i = 0; i < h.length; i++) {
+        const s = k.map((kj) => {
+          let dot = 0;
+          for (let c = 0; c < d; c++) dot += q[i][hd * d + c] * kj[hd * d + c];
+          return dot / Math.sqrt(d);
+        });
+        const m = Math.max(...s);
+        const e = s.map((x) => Math.exp(x - m));
+        const z = e.reduce((a, c) => a + c, 0);
+        for (let j = 0; j < h.length; j++) for (let c = 0; c < d; c++) att[i][hd * d + c] += (e[j] / z) * v[j][hd * d + c];
+      }
+    }
+    h = h.map((x, i) => {
+      const o = linear(att[i], `${b}.attn_output`, nEmbd, nEmbd)
+      const a = norm(x.map((xv, c) => xv + o[c]), `${b}.attn_output_norm`)
+      const f = linear(linear(a, `${b}.ffn_up`, nEmbd, nFf).map(gelu), `${b}.ffn_down`, nFf, nEmbd)
+      return norm(a.map((av, c) => av + f[c]), `${b}.layer_output_norm`)
+    });
+  }
+  const pooled = linear(h[0], 'cls', nEmbd, nEmbd).map(Math.tanh);
+  return linear(pooled, 'cls.output', nEmbd, 1)[0];
+}
