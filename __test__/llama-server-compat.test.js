@@ -504,6 +504,34 @@ test("a chat's template gets llama-server's date_string (today) unless the reque
   }
 })
 
+test('--media-path: file:// image URLs read under the directory only (no .., no link out, no missing file); refused without it', async () => {
+  const fs = require('node:fs')
+  const os = require('node:os')
+  const { serverMedia } = require('../server/media.js')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-media-'))
+  const outside = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-outside-'))
+  try {
+    fs.mkdirSync(path.join(dir, 'mtmd'))
+    fs.writeFileSync(path.join(dir, 'mtmd', 'a.png'), Buffer.from([1, 2, 3]))
+    fs.writeFileSync(path.join(outside, 'secret.png'), Buffer.from([9]))
+    fs.symlinkSync(path.join(outside, 'secret.png'), path.join(dir, 'link.png'))
+    const request = (url) => ({ messages: [{ role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'image_url', image_url: { url } }] }] })
+    const read = async (url, mediaPath = dir) => (await serverMedia(request(url), { mediaPath })).messages[0].content[1].image_url.url
+    const refused = (url, mediaPath = dir) => serverMedia(request(url), { mediaPath }).then(() => 'read', (e) => `${e.status} ${e.message}`)
+    expect(await read('file://mtmd/a.png')).toBe('data:image/png;base64,AQID')
+    expect(await read('file:////mtmd//a.png')).toBe('data:image/png;base64,AQID')
+    expect(await refused('file://../mtmd/a.png')).toMatch(/^400 .*not a file under the media directory/)
+    expect(await refused(`file://${path.relative(dir, path.join(outside, 'secret.png'))}`)).toMatch(/^400 /)
+    expect(await refused('file://link.png')).toMatch(/^400 .*not a file under the media directory/)
+    expect(await refused('file://mtmd/none.png')).toMatch(/^400 .*no such file/)
+    expect(await refused('file://mtmd')).toMatch(/^400 .*not a file/)
+    expect(await refused('file://mtmd/a.png', null)).toMatch(/^400 .*serve --media-path/)
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+    fs.rmSync(outside, { recursive: true, force: true })
+  }
+})
+
 // test:full (14 s: gemma's inspection and load).
 fullTest('a model without a chat template chats in ChatML, as with llama-server', async () => {
   // gemma-3-270m's GGUF has no tokenizer.chat_template.

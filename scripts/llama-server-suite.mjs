@@ -32,16 +32,27 @@ const models = process.env.LLAMA_ENGINE_MODELS_DIR || join(root, 'models')
 
 mkdirSync(work, { recursive: true })
 
-// 1. The suite and the templates it reads (../../../models/templates from tests/).
-if (!existsSync(join(tests, 'utils.py'))) {
+// 1. The suite, the templates it reads (../../../models/templates from
+// tests/) and the image its --media-path tests read (../../../tools/mtmd).
+const PARTS = ['tools/server/tests', 'models/templates', 'tools/mtmd/test-1.jpeg']
+if (!PARTS.every((p) => existsSync(join(work, 'llama.cpp', p)))) {
   const dl = join(work, 'sdist')
   mkdirSync(dl, { recursive: true })
-  console.log(`llama-engine: fetching llama.cpp's server tests (${SDIST} from PyPI)`)
-  execFileSync('python3', ['-m', 'pip', 'download', '-q', '--no-deps', '--no-binary', ':all:', SDIST, '-d', dl], { stdio: 'inherit' })
+  if (!readdirSync(dl).some((f) => f.endsWith('.tar.gz'))) {
+    console.log(`llama-engine: fetching llama.cpp's server tests (${SDIST} from PyPI)`)
+    execFileSync('python3', ['-m', 'pip', 'download', '-q', '--no-deps', '--no-binary', ':all:', SDIST, '-d', dl], { stdio: 'inherit' })
+  }
   const tarball = readdirSync(dl).find((f) => f.endsWith('.tar.gz'))
   const prefix = tarball.replace(/\.tar\.gz$/, '')
-  execFileSync('tar', ['xzf', join(dl, tarball), '-C', work, `${prefix}/vendor/llama.cpp/tools/server/tests`, `${prefix}/vendor/llama.cpp/models/templates`], { stdio: 'inherit' })
-  execFileSync('mv', [join(work, prefix, 'vendor', 'llama.cpp'), join(work, 'llama.cpp')])
+  const unpacked = join(work, 'unpacked')
+  mkdirSync(unpacked, { recursive: true })
+  execFileSync('tar', ['xzf', join(dl, tarball), '-C', unpacked, ...PARTS.map((p) => `${prefix}/vendor/llama.cpp/${p}`)], { stdio: 'inherit' })
+  for (const p of PARTS) {
+    if (existsSync(join(work, 'llama.cpp', p))) continue
+    mkdirSync(join(work, 'llama.cpp', p, '..'), { recursive: true })
+    execFileSync('mv', [join(unpacked, prefix, 'vendor', 'llama.cpp', p), join(work, 'llama.cpp', p)])
+  }
+  rmSync(unpacked, { recursive: true, force: true })
 }
 
 // 2. A venv with the suite's requirements.

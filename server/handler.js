@@ -39,6 +39,7 @@ const DEFAULTS = {
   responsesMaxBytes: 64 * 1024 * 1024,
   responsesFile: undefined,
   allowRemoteMedia: false,
+  mediaPath: undefined,
   onError: undefined,
   router: undefined,
 }
@@ -55,6 +56,16 @@ function serverOptions(options = {}) {
   if (o.apiKey != null && (keys.length === 0 || keys.some((k) => typeof k !== 'string' || k === ''))) throw new TypeError('apiKey: expected a non-empty string, or an array of them')
   if (o.requestDefaults != null && (typeof o.requestDefaults !== 'object' || Array.isArray(o.requestDefaults))) throw new TypeError('requestDefaults: expected an object of request fields')
   for (const name of ['corsMethods', 'corsHeaders']) if (o[name] != null && typeof o[name] !== 'string') throw new TypeError(`${name}: expected a string`)
+  if (o.mediaPath != null) {
+    if (typeof o.mediaPath !== 'string' || o.mediaPath === '') throw new TypeError('mediaPath: expected a directory')
+    let dir
+    try {
+      dir = require('node:fs').statSync(o.mediaPath).isDirectory()
+    } catch {
+      dir = false
+    }
+    if (!dir) throw new TypeError(`mediaPath: ${o.mediaPath} is not a directory`)
+  }
   for (const name of ['modelAliases', 'modelTags']) {
     if (o[name] != null && !(Array.isArray(o[name]) && o[name].every((x) => typeof x === 'string' && x !== ''))) throw new TypeError(`${name}: expected an array of names`)
   }
@@ -222,7 +233,7 @@ function createCore(engineOrPromise, options) {
       },
       async generate(request, onEvent) {
         request = textTokens(withTemplateDate(withDefaults(request, opts.requestDefaults)), lane.engine)
-        request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, signal: exchange.signal })
+        request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, mediaPath: opts.mediaPath, signal: exchange.signal })
         return lane.generate(exchange, t0, lane.engineRequest(request, requested), onEvent)
       },
       embed: (input, embedOptions) => lane.embed(exchange, input, embedOptions),

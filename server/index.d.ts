@@ -78,6 +78,14 @@ export interface ServerOptions {
    */
   allowRemoteMedia?: boolean
   /**
+   * A directory whose files image parts may name as `file://PATH` (relative
+   * to it, whatever slashes lead; llama-server's `--media-path`): read as
+   * the request is, at most 20 MiB. `..`, paths that resolve (links
+   * followed) outside it and missing files are 400s. Default: none, and
+   * `file://` URLs are 400s.
+   */
+  mediaPath?: string
+  /**
    * Called for every answer with a status of 500 or more (also an error
    * sent as an event mid-stream): the error (`status`, `code`, `message`,
    * which says its cause) and the request. Nothing is printed otherwise;

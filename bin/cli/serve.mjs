@@ -41,6 +41,10 @@ export function parseServe(argv, env = process.env) {
   const server = serveExtras(v, given, env)
   if (v['max-queue'] !== undefined) server.maxQueue = nonNegative('max-queue', v['max-queue'])
   if (v['allow-remote-media']) server.allowRemoteMedia = true
+  if (v['media-path'] !== undefined) {
+    if (!existsSync(v['media-path'])) throw new UsageError(`--media-path: ${v['media-path']} does not exist`)
+    server.mediaPath = resolve(v['media-path'])
+  }
   if (v['headers-timeout'] !== undefined) server.headersTimeoutMs = nonNegative('headers-timeout', v['headers-timeout'])
   if (v['request-timeout'] !== undefined) server.requestTimeoutMs = nonNegative('request-timeout', v['request-timeout'])
   if (v['shutdown-grace'] !== undefined) server.shutdownGraceMs = nonNegative('shutdown-grace', v['shutdown-grace'])
