@@ -399,7 +399,7 @@ describe("serve answers as llama-server does (a server started with llama-server
     expect((await post('/v1/chat/completions', { ...ask, n: 17 })).status).toBe(400)
   })
 
-  test("GET /v1/models: aliases, tags, capabilities and the model's sizes; /v1/health; /v1/chat/completions/input_tokens", async () => {
+  test("GET /v1/models: aliases, tags, capabilities and the model's sizes; /v1/health; the input_tokens counts of Chat Completions and Responses", async () => {
     const models = await (await fetch(`${base}/v1/models`)).json()
     expect(models.data[0]).toMatchObject({ id: 'tinyllama-2', aliases: ['tinyllama-2'], tags: ['chat', 'small'], capabilities: ['completion'], meta: { n_ctx: 1024 } })
     expect(models.models[0]).toMatchObject({ name: 'tinyllama-2', capabilities: ['completion'] })
@@ -409,6 +409,9 @@ describe("serve answers as llama-server does (a server started with llama-server
     const rendered = (await (await post('/apply-template', { messages })).json()).prompt
     const tokens = (await (await post('/tokenize', { content: rendered })).json()).tokens
     expect(input_tokens).toBe(tokens.length)
+    // The Responses API's count of the same conversation.
+    const responses = await (await post('/v1/responses/input_tokens', { input: 'What is the best book' })).json()
+    expect(responses).toEqual({ object: 'response.input_tokens', input_tokens: tokens.length })
   })
 
   test('POST /infill reads its fields as /completion does (the fill itself: test:real, on a code model)', async () => {
@@ -501,6 +504,39 @@ test("a chat's template gets llama-server's date_string (today) unless the reque
     expect(s.engine.applyChatTemplate(messages)).toContain('Today Date: 26 Jul 2024')
   } finally {
     await stopServer(s)
+  }
+})
+
+test('sleepIdleMs (--sleep-idle-seconds): idle, the engine is disposed; read-only endpoints answer asleep; a request wakes it and gets the same answer', async () => {
+  const { createServer } = require('../server')
+  const { listen, close } = require('./server-helpers')
+  const server = createServer({ model: TARGET, engineOptions: { contextSize: 512, parallel: 1 }, sleepIdleMs: 300, metrics: true, signals: false })
+  const base = await listen(server)
+  try {
+    const props = async () => (await (await fetch(`${base}/props`)).json()).is_sleeping
+    const eventually = async (predicate, ms) => {
+      for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 50))) if (await predicate()) return true
+      return false
+    }
+    const answer = async () => (await (await fetch(`${base}/completion`, { method: 'POST', body: JSON.stringify({ prompt: 'The capital of France is', n_predict: 6, temperature: 0 }) })).json()).content
+    expect(await eventually(async () => (await fetch(`${base}/health`)).status === 200, 60_000)).toBe(true)
+    const first = await answer()
+    const awake = await (await fetch(`${base}/metrics`)).text()
+    expect(await eventually(props, 10_000)).toBe(true)
+    // Asleep: these answer without loading the model again.
+    for (const route of ['/health', '/v1/models', '/slots', '/props']) expect([route, (await fetch(base + route)).status]).toEqual([route, 200])
+    expect(await (await fetch(`${base}/metrics`)).text()).toBe(awake)
+    expect(await props()).toBe(true)
+    // A request wakes it: loaded again, the same answer.
+    expect(await answer()).toBe(first)
+    expect(await props()).toBe(false)
+    // And it sleeps again once idle; a token count wakes it too.
+    expect(await eventually(props, 10_000)).toBe(true)
+    const count = await (await fetch(`${base}/v1/chat/completions/input_tokens`, { method: 'POST', body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] }) })).json()
+    expect(count.input_tokens).toBeGreaterThan(0)
+    expect(await props()).toBe(false)
+  } finally {
+    await close(server)
   }
 })
 

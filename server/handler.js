@@ -56,6 +56,10 @@ function serverOptions(options = {}) {
   if (o.apiKey != null && (keys.length === 0 || keys.some((k) => typeof k !== 'string' || k === ''))) throw new TypeError('apiKey: expected a non-empty string, or an array of them')
   if (o.requestDefaults != null && (typeof o.requestDefaults !== 'object' || Array.isArray(o.requestDefaults))) throw new TypeError('requestDefaults: expected an object of request fields')
   for (const name of ['corsMethods', 'corsHeaders']) if (o[name] != null && typeof o[name] !== 'string') throw new TypeError(`${name}: expected a string`)
+  if (o.sleepIdleMs != null) {
+    if (!Number.isInteger(o.sleepIdleMs) || o.sleepIdleMs < 0) throw new TypeError(`sleepIdleMs: expected a non-negative integer, got ${JSON.stringify(o.sleepIdleMs)}`)
+    if (o.sleepIdleMs > 0 && typeof o.reloadEngine !== 'function') throw new TypeError('sleepIdleMs: needs reloadEngine (how the engine is loaded again), or a server that loads its own model (model)')
+  }
   if (o.mediaPath != null) {
     if (typeof o.mediaPath !== 'string' || o.mediaPath === '') throw new TypeError('mediaPath: expected a directory')
     let dir
@@ -98,8 +102,46 @@ function createCore(engineOrPromise, options) {
   const router = opts.router
     ? new Router(opts.router.models, { ...opts.router, maxQueue: opts.maxQueue, graceMs: opts.shutdownGraceMs, metrics })
     : null
-  const single = router ? null : new Lane(engineOrPromise, { maxQueue: opts.maxQueue, metrics })
+  let single = router ? null : new Lane(engineOrPromise, { maxQueue: opts.maxQueue, metrics })
   let closing = false
+  // llama-server's --sleep-idle-seconds: after sleepIdleMs without a
+  // request, the engine is disposed (its memory given back); /health,
+  // /props, /v1/models, /slots and /metrics answer from what it was
+  // (`is_sleeping: true`); any other request loads it again (reloadEngine)
+  // and is served once it is loaded.
+  const sleep = { ms: router ? 0 : opts.sleepIdleMs ?? 0, status: null, timer: null, waking: null, active: 0, lastScrape: null, metricsText: null }
+  const arm = () => {
+    if (sleep.ms <= 0 || closing || sleep.active > 0 || sleep.status || !single.engine) return
+    clearTimeout(sleep.timer)
+    sleep.timer = setTimeout(() => goSleep().catch(() => {}), sleep.ms)
+    sleep.timer.unref?.()
+  }
+  async function goSleep() {
+    if (sleep.active > 0 || sleep.status || closing || !single.engine) return
+    const old = single
+    const st = old.engine.status()
+    sleep.status = { ...st, disposed: false }
+    sleep.metricsText = sleep.lastScrape?.generations === metrics.generations ? sleep.lastScrape.text : null
+    // What the sleeping server answers read-only requests from.
+    const asleep = { status: () => sleep.status, loras: () => [], dispose: async () => {} }
+    single = new Lane(asleep, { maxQueue: opts.maxQueue, metrics })
+    single.loraScales = old.loraScales
+    single.adapters = old.adapters
+    await old.drain(0)
+    await old.engine.dispose().catch(() => {})
+  }
+  function wake() {
+    sleep.waking ??= (async () => {
+      const lane = new Lane(opts.reloadEngine(), { maxQueue: opts.maxQueue, metrics })
+      await lane.ready
+      if (lane.loadError) throw lane.loadError
+      lane.loraScales = single.loraScales
+      single = lane
+      sleep.status = null
+    })().finally(() => (sleep.waking = null))
+    return sleep.waking
+  }
+  if (single && sleep.ms > 0) single.ready.then(arm)
   let shutdown = null
   const responses = new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes, file: opts.responsesFile })
 
@@ -146,6 +188,7 @@ function createCore(engineOrPromise, options) {
     const readObject = async () => jsonObject(await readValue())
     let lane = single
     let held = null
+    let woke = false
     // The model the request names (the router's pick; an adapter's name picks the adapter).
     let requested
     const ctx = {
@@ -159,6 +202,10 @@ function createCore(engineOrPromise, options) {
         responses,
         /** GET /slots answers (llama-server's --no-slots: 501). */
         slots: opts.slots !== false,
+        /** Asleep (--sleep-idle-seconds): the engine is unloaded until a request wakes it. */
+        get sleeping() {
+          return sleep.status !== null
+        },
         /** Every answer carries `__verbose` (serve --verbose), as llama-server's. */
         verbose: opts.verbose === true,
         /** GET /metrics answers (serve without --metrics: 501, as llama-server). */
@@ -269,7 +316,12 @@ function createCore(engineOrPromise, options) {
           throw new ApiError(501, 'This server does not support metrics endpoint (start it with --metrics)', { code: 'NOT_SUPPORTED', type: 'not_supported_error' })
         }
         const headers = { 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', 'Process-Start-Time-Unix': String(started), ...cors }
-        return exchange.send(200, headers, metrics.render(scrape()))
+        // Asleep: the last scrape taken after the last generation, as it
+        // was (nothing has run since); else a scrape now.
+        if (sleep.status && sleep.metricsText) return exchange.send(200, headers, sleep.metricsText)
+        const text = metrics.render(scrape())
+        if (!sleep.status) sleep.lastScrape = { text, generations: metrics.generations }
+        return exchange.send(200, headers, text)
       }
       if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
       if (own && !(key === 'GET /props' && ctx.query.get('model'))) return await routerRoute(key, ctx, router, opts)
@@ -287,6 +339,13 @@ function createCore(engineOrPromise, options) {
         // llama-server's LLAMA_SERVER_DEBUG_FAKE_TIMING (its router's tests): the model stays busy 2 s more.
         if (FAKE_TIMING) await new Promise((r) => setTimeout(r, 2000))
       } else if (!router) {
+        if (sleep.ms > 0 && !READ_ONLY.has(key)) {
+          sleep.active++
+          woke = true
+          clearTimeout(sleep.timer)
+          if (sleep.status) await wake()
+          lane = single
+        }
         if (single.loadError) throw single.loadError
         if (!single.engine) throw new ApiError(503, 'the model is still loading', { code: 'LOADING', type: 'server_error' })
         if (exchange.method === 'POST' && route && !STORE_ROUTES.has(`${exchange.method} ${found.pattern}`)) {
@@ -323,6 +382,10 @@ function createCore(engineOrPromise, options) {
       exchange.send(e.status, headers, JSON.stringify(body), { close: e.close })
     } finally {
       if (held) router.release(held)
+      if (woke) {
+        sleep.active--
+        arm()
+      }
       if (endpoint !== null) metrics.request(endpoint, status)
     }
   }
@@ -419,6 +482,8 @@ function textTokens(request, engine) {
 }
 
 const FAKE_TIMING = Boolean(process.env.LLAMA_SERVER_DEBUG_FAKE_TIMING)
+// What a sleeping server answers without loading its model again.
+const READ_ONLY = new Set(['GET /health', 'GET /v1/health', 'GET /props', 'GET /models', 'GET /v1/models', 'GET /slots', 'GET /metrics'])
 
 /** The router's own endpoints (llama.cpp's router mode names). */
 const ROUTER_ROUTES = new Set(['POST /models/load', 'POST /models/unload', 'POST /models/reload', 'GET /props'])

@@ -86,6 +86,17 @@ export interface ServerOptions {
    */
   mediaPath?: string
   /**
+   * After this many ms without a request, the engine is disposed (its
+   * memory given back; llama-server's `--sleep-idle-seconds`). GET /health,
+   * /props (`is_sleeping: true`), /v1/models, /slots and /metrics answer
+   * from what it was; any other request loads it again with
+   * `reloadEngine` and is served once it is loaded. Over one model only.
+   * Default 0: never.
+   */
+  sleepIdleMs?: number
+  /** How a sleeping server's engine is loaded again. Default (with `model`): the same load. */
+  reloadEngine?: () => Promise<LlamaEngine>
+  /**
    * Called for every answer with a status of 500 or more (also an error
    * sent as an event mid-stream): the error (`status`, `code`, `message`,
    * which says its cause) and the request. Nothing is printed otherwise;

@@ -112,9 +112,12 @@ function createServer(options = {}) {
   } else if (engine == null) {
     if (typeof model !== 'string') throw new TypeError('createServer(options): options.engine or options.model (a path) is required')
     const { LlamaEngine } = require('../index.js')
-    engineOrPromise = LlamaEngine.load({ ...engineOptions, modelPath: model })
+    const load = () => LlamaEngine.load({ ...engineOptions, modelPath: model })
+    engineOrPromise = load()
     engineOrPromise.catch(() => {}) // reported by /health and each request
     owned = true
+    // What sleepIdleMs loads again.
+    serverOptions.reloadEngine ??= load
   }
   const core = createCore(engineOrPromise, serverOptions)
   const { headersTimeoutMs, requestTimeoutMs } = core.options
@@ -139,12 +142,13 @@ function createServer(options = {}) {
   server.responses = core.responses
   server.on('close', () => core.responses.flush().catch(() => {}))
 
+  // The engine now: the one loaded at start, or (sleepIdleMs) the one a request woke.
+  const current = async () => core.engine ?? (await Promise.resolve(engineOrPromise).catch(() => null))
   const disposeOwned = async () => {
     if (core.router) return core.close({ graceMs: 0 })
     if (!owned) return
     owned = false
-    const e = await Promise.resolve(engineOrPromise).catch(() => null)
-    await e?.dispose().catch(() => {})
+    await (await current())?.dispose().catch(() => {})
   }
   server.on('close', disposeOwned)
 
@@ -160,8 +164,7 @@ function createServer(options = {}) {
       server.closeAllConnections()
       if (dispose) {
         owned = false
-        const e = await Promise.resolve(engineOrPromise).catch(() => null)
-        await e?.dispose().catch(() => {})
+        await (await current())?.dispose().catch(() => {})
       }
     })()
     return stopping

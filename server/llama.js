@@ -76,7 +76,7 @@ function props(ctx) {
     endpoint_slots: ctx.server.slots,
     endpoint_props: false,
     endpoint_metrics: ctx.server.metrics,
-    is_sleeping: false,
+    is_sleeping: ctx.server.sleeping === true,
   })
 }
 

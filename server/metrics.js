@@ -41,14 +41,21 @@ class Metrics {
   // (cached ones apart) and their seconds, tokens generated and theirs, the
   // longest sequence, drafts.
   llama = { prompt: 0, promptSeconds: 0, cached: 0, predicted: 0, predictedSeconds: 0, maxTokens: 0, drafted: 0, accepted: 0, verifySteps: 0 }
+  // llama-server's throughput gauges are over what happened since the last
+  // scrape (its "bucket", emptied by each /metrics).
+  bucket = { prompt: 0, promptSeconds: 0, predicted: 0, predictedSeconds: 0 }
 
   request(endpoint, status) {
     const key = `${endpoint}\0${status}`
     this.requests.set(key, (this.requests.get(key) ?? 0) + 1)
   }
 
+  /** Finished generations counted. */
+  generations = 0
+
   /** A finished generation's counts (the engine's result). */
   generation(result) {
+    this.generations++
     this.promptTokens += result.tokens_evaluated ?? 0
     this.cachedTokens += result.tokens_cached ?? 0
     this.generatedTokens += result.tokens_predicted ?? 0
@@ -59,6 +66,11 @@ class Metrics {
     l.cached += result.tokens_cached ?? 0
     l.predicted += t.predicted_n ?? 0
     l.predictedSeconds += (t.predicted_ms ?? 0) / 1000
+    const b = this.bucket
+    b.prompt += t.prompt_n ?? 0
+    b.promptSeconds += (t.prompt_ms ?? 0) / 1000
+    b.predicted += t.predicted_n ?? 0
+    b.predictedSeconds += (t.predicted_ms ?? 0) / 1000
     l.maxTokens = Math.max(l.maxTokens, (result.tokens_evaluated ?? 0) + (result.tokens_predicted ?? 0))
     l.drafted += result.speculative?.n_drafted ?? 0
     l.accepted += result.speculative?.n_accepted ?? 0
@@ -166,14 +178,15 @@ class Metrics {
       ['spec_decode_num_drafts_total', 'Speculative: Total speculative decoding verification steps', l.verifySteps],
     ]
     const gaugeItems = [
-      ['prompt_tokens_seconds', 'Average prompt throughput in tokens/s', rate(l.prompt, l.promptSeconds)],
-      ['predicted_tokens_seconds', 'Average generation throughput in tokens/s', rate(l.predicted, l.predictedSeconds)],
+      ['prompt_tokens_seconds', 'Average prompt throughput in tokens/s', rate(this.bucket.prompt, this.bucket.promptSeconds)],
+      ['predicted_tokens_seconds', 'Average generation throughput in tokens/s', rate(this.bucket.predicted, this.bucket.predictedSeconds)],
       ['requests_processing', 'Number of requests processing', g.running],
       ['requests_deferred', 'Number of requests deferred', g.waiting],
       ['n_busy_slots_per_decode', 'Average number of busy slots per llama_decode() call', slots / Math.max(steps, 1)],
     ]
     for (const [name, help, value] of counters) metric(`llamacpp:${name}`, 'counter', help, [[{}, value]])
     for (const [name, help, value] of gaugeItems) metric(`llamacpp:${name}`, 'gauge', help, [[{}, value]])
+    this.bucket = { prompt: 0, promptSeconds: 0, predicted: 0, predictedSeconds: 0 }
   }
 }
 

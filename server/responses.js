@@ -8,7 +8,7 @@
 // assemble them.
 
 const { ApiError, invalid, openaiErrorBody } = require('./errors.js')
-const { isObject, newId, passthrough, sourcedMessages } = require('./util.js')
+const { isObject, newId, passthrough, sourcedMessages, promptTokens } = require('./util.js')
 
 // Engine fields this endpoint sets itself; the engine's others (top_k,
 // seed, stop, …) may be sent beside the Responses fields, as on the chat endpoint.
@@ -620,9 +620,24 @@ function inputItems(ctx) {
   ctx.json(200, { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: items.length > limit })
 }
 
+/**
+ * POST /v1/responses/input_tokens (OpenAI's, and llama-server's): `{ object:
+ * 'response.input_tokens', input_tokens }`, the prompt tokens a Responses
+ * request's input (with its instructions, tools and previous response)
+ * renders to, without generating.
+ */
+async function inputTokens(ctx) {
+  const body = await ctx.body()
+  const { request, paramOf } = engineRequest(body, ctx.server.responses)
+  ctx.paramOf = paramOf
+  ctx.json(200, { object: 'response.input_tokens', input_tokens: await promptTokens(ctx.engine, ctx.withDefaults(request)) })
+}
+
 module.exports = {
   errorBody: openaiErrorBody,
   routes: {
+    'POST /v1/responses/input_tokens': inputTokens,
+    'POST /responses/input_tokens': inputTokens,
     'POST /v1/responses': responses,
     'POST /responses': responses,
     'GET /v1/responses/:id': getResponse,

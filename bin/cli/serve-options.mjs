@@ -135,7 +135,7 @@ export const SERVE_TABLE = [
   // llama-server's, for features this server lacks: named in the error.
   { key: 'slot-save-path', names: ['--slot-save-path'], kind: 'string', arg: 'PATH', group: G.other, missing: 'saving slots over HTTP is not supported yet (the library has saveSession)' },
   { key: 'media-path', names: ['--media-path'], kind: 'string', arg: 'DIR', group: G.model, help: 'image parts may name files of DIR as file://PATH (never outside it)' },
-  { key: 'sleep-idle-seconds', names: ['--sleep-idle-seconds'], kind: 'string', arg: 'N', group: G.other, missing: 'sleeping is not supported yet (with several models, --idle-unload)' },
+  { key: 'sleep-idle-seconds', names: ['--sleep-idle-seconds'], kind: 'string', arg: 'N', group: G.server, help: 'unload the model after N seconds without a request; the next one loads it again (/health, /props, /v1/models, /slots, /metrics do not wake it; -1: never)', def: '-1' },
   { key: 'swa-full', names: ['--swa-full'], env: 'LLAMA_ARG_SWA_FULL', kind: 'bool', group: G.other, missing: 'a full-size SWA cache is not supported' },
   { key: 'cache-type-k', names: ['-ctk', '--cache-type-k'], env: 'LLAMA_ARG_CACHE_TYPE_K', kind: 'string', arg: 'TYPE', group: G.other, missing: 'the KV cache is F16 here (quantized caches break bit-exact speculation)' },
   { key: 'cache-type-v', names: ['-ctv', '--cache-type-v'], env: 'LLAMA_ARG_CACHE_TYPE_V', kind: 'string', arg: 'TYPE', group: G.other, missing: 'the KV cache is F16 here (quantized caches break bit-exact speculation)' },

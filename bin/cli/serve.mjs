@@ -41,6 +41,11 @@ export function parseServe(argv, env = process.env) {
   const server = serveExtras(v, given, env)
   if (v['max-queue'] !== undefined) server.maxQueue = nonNegative('max-queue', v['max-queue'])
   if (v['allow-remote-media']) server.allowRemoteMedia = true
+  if (v['sleep-idle-seconds'] !== undefined) {
+    const n = number('sleep-idle-seconds', v['sleep-idle-seconds'], 'int')
+    if (n < -1) throw new UsageError(`--sleep-idle-seconds: expected -1 (never) or a number of seconds, got ${JSON.stringify(v['sleep-idle-seconds'])}`)
+    if (n > 0) server.sleepIdleMs = n * 1000
+  }
   if (v['media-path'] !== undefined) {
     if (!existsSync(v['media-path'])) throw new UsageError(`--media-path: ${v['media-path']} does not exist`)
     server.mediaPath = resolve(v['media-path'])
@@ -94,6 +99,11 @@ export function parseServe(argv, env = process.env) {
   if (v['memory-max'] !== undefined) router.memoryMax = bytesFlag('memory-max', v['memory-max'])
   if (v['idle-unload'] !== undefined) router.idleUnloadMs = positive('idle-unload', v['idle-unload']) * 1000
   router.pin = v.pin ?? []
+  // Over many models, sleeping is unloading each after as long idle.
+  if (server.sleepIdleMs !== undefined) {
+    router.idleUnloadMs ??= server.sleepIdleMs
+    delete server.sleepIdleMs
+  }
   return { help: Boolean(v.help), router, listen, server }
 }
 
@@ -290,9 +300,12 @@ export async function serve(argv) {
   // A line on stderr for every answer the server failed (5xx), with its cause.
   const onError = (e, r) => stderr.write(`${new Date().toISOString()} ${r.status} ${r.method} ${r.path}${r.streaming ? ' (mid-stream)' : ''}: ${e.code}: ${e.message}\n`)
   if (!cli.router) {
-    const loading = withChatTemplate(cli.load, inspectModel).then((load) => LlamaEngine.load(load))
+    const load = withChatTemplate(cli.load, inspectModel)
+    const loading = load.then((o) => LlamaEngine.load(o))
     loading.catch(() => {})
-    const server = createServer({ ...cli.server, engine: loading, signals: false, onError })
+    // --sleep-idle-seconds: a request after the sleep loads it again.
+    const reloadEngine = () => load.then((o) => LlamaEngine.load(o))
+    const server = createServer({ ...cli.server, engine: loading, reloadEngine, signals: false, onError })
     return runServer(server, cli.listen, { serving: `loading ${cli.load.modelPath}`, loading, disposed: 'engine disposed' })
   }
   // Many models: the aliases', the preset's, the directory's and the cache's, pinned as asked.
