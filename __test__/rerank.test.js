@@ -1,5 +1,6 @@
 // Reranking (engine.rerank, serve's /rerank, /v1/rerank, /v1/reranking) on
-// a tiny BERT classifier made for the tests (scripts/rerank-fixture.mjs):
+// a tiny BERT classifier and a tiny Qwen3-Reranker-style decoder made for
+// the tests (scripts/rerank-fixture.mjs):
 // its scores are the ones its weights give (a plain forward pass in double
 // precision here, the reference), each pair scored alone, in llama-server's
 // pair format and answer shapes (Jina/Cohere's, TEI's), its errors refused.
@@ -85,6 +86,28 @@ test('refused with INVALID_REQUEST, naming what: bad queries and documents, a pa
   }
   // Still serving.
   expect((await engine.rerank(QUERY, ['a'])).results).toHaveLength(1)
+})
+
+test("a Qwen3-Reranker-style decoder: its rerank template, the last token's head, a softmax; pairs longer than a 64-token chunk too", async () => {
+  const qwen3 = await LlamaEngine.load({ modelPath: model('qwen3-reranker-tiny.gguf'), contextSize: 1024, isolation: 'none' })
+  try {
+    const docs = [...DOCS, 'machine learning '.repeat(40)]
+    const { results, tokens } = await qwen3.rerank(QUERY, docs)
+    const spec = await fixture.qwen3RerankerSpecFrom(path.join(__dirname, '..', 'models'))
+    const pairTokens = (d) => qwen3.tokenize(fixture.QWEN3_RERANK_TEMPLATE.replace('{query}', QUERY).replace('{document}', d), { addBos: false, special: true })
+    expect(pairTokens(docs.at(-1)).length).toBeGreaterThan(128)
+    for (const r of results) {
+      // A probability: the first label's, after the softmax.
+      expect(r.score).toBeGreaterThan(0)
+      expect(r.score).toBeLessThan(1)
+      expect(Math.abs(r.score - fixture.qwen3Reference(spec, pairTokens(docs[r.index])))).toBeLessThan(1e-3)
+    }
+    expect(tokens).toBe(docs.reduce((n, d) => n + pairTokens(d).length, 0))
+    // Alone, the same bits.
+    expect((await qwen3.rerank(QUERY, [docs.at(-1)])).results[0].score).toBe(results.find((r) => r.index === docs.length - 1).score)
+  } finally {
+    await qwen3.dispose()
+  }
 })
 
 describe("serve --reranking: llama-server's rerank endpoints", () => {

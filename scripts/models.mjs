@@ -17,7 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loraAdapter, ggufBytes, writeGguf, seedOf } from './gguf-write.mjs';
 import { GEMMA_MMPROJ, GEMMA_AUDIO_MMPROJ, gemma4uaMmprojSpec, QWEN2VL_MMPROJ, gemma3MmprojSpec, qwen2vlMmprojSpec, QWEN2VL_TEXT_HPARAMS, makeMultimodalFixtures } from './mm-fixtures.mjs';
-import { RERANKER, bertRerankerSpec } from './rerank-fixture.mjs';
+import { RERANKER, bertRerankerSpec, QWEN3_RERANKER, qwen3RerankerSpecFrom } from './rerank-fixture.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MODELS = path.resolve(process.env.LLAMA_ENGINE_MODELS_DIR || path.join(ROOT, 'models'));
@@ -271,6 +271,13 @@ const FIXTURES = [
     name: RERANKER,
     cached: () => size(path.join(MODELS, RERANKER)) === ggufBytes(bertRerankerSpec()).length,
     make: () => writeGguf(path.join(MODELS, RERANKER), bertRerankerSpec()),
+    verb: 'made',
+  },
+  // And a Qwen3-Reranker-style decoder (its tokenizer SmolLM2's, read from that file).
+  {
+    name: QWEN3_RERANKER,
+    cached: async () => size(path.join(MODELS, SMOL)) > 0 && size(path.join(MODELS, QWEN3_RERANKER)) === ggufBytes(await qwen3RerankerSpecFrom(MODELS)).length,
+    make: async () => writeGguf(path.join(MODELS, QWEN3_RERANKER), await qwen3RerankerSpecFrom(MODELS)),
     verb: 'made',
   },
 ];

@@ -13,7 +13,11 @@
 // Shapes as llama.cpp's src/models/bert.cpp reads them (ne in ggml's order:
 // a Linear(in, out) weight is [in, out]); the head as its build_pooling
 // (rank): cls (tanh) then cls.output, over the first token's vector.
+import { createRequire } from 'node:module';
+import path from 'node:path';
 import { normals, seedOf } from './gguf-write.mjs';
+
+const { readGgufHeader } = createRequire(import.meta.url)('./gguf-read.cjs');
 
 export const RERANKER = 'bert-reranker-tiny.gguf';
 export const RERANKER_HPARAMS = { nEmbd: 32, nHead: 2, nLayer: 2, nFf: 64, nCtx: 512, eps: 1e-12 };
@@ -165,4 +169,153 @@ export function bertReference(spec, ids) {
   }
   const pooled = linear(h[0], 'cls', nEmbd, nEmbd).map(Math.tanh);
   return linear(pooled, 'cls.output', nEmbd, 1)[0];
+}
+
+// ---------------------------------------------------------------------------
+// A Qwen3-Reranker-style decoder: llama.cpp's `qwen3` architecture with a
+// rank head (`cls.output`, one row per label, softmax over them: the score
+// is the first label's probability), the tokenizer of SmolLM2-135M (a
+// byte-level BPE with ChatML's tokens; read from that model file, a fixture
+// every test run has) and a rerank template (`tokenizer.chat_template.rerank`)
+// as llama.cpp's converter writes one for Qwen3-Reranker.
+
+export const QWEN3_RERANKER = 'qwen3-reranker-tiny.gguf';
+export const QWEN3_RERANKER_HPARAMS = { nEmbd: 32, nHead: 4, nHeadKv: 2, headDim: 8, nLayer: 2, nFf: 64, nCtx: 1024, eps: 1e-6, ropeBase: 1000000 };
+export const QWEN3_RERANK_TEMPLATE =
+  '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n';
+
+export const QWEN3_TOKENIZER_SOURCE = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+
+/** The spec, given the tokenizer's metadata (`tokenizer.*` of QWEN3_TOKENIZER_SOURCE). */
+export function qwen3RerankerSpec(tokenizerKv) {
+  const { nEmbd, nHead, nHeadKv, headDim, nLayer, nFf, nCtx, eps, ropeBase } = QWEN3_RERANKER_HPARAMS;
+  const nVocab = tokenizerKv['tokenizer.ggml.tokens']?.length;
+  if (!nVocab) throw new Error('tokenizer.ggml.tokens missing from the tokenizer source');
+  const arch = 'qwen3';
+  // (The source's own template, and its chat-template variants, are not this model's.)
+  const kv = [
+    ['general.architecture', 'STRING', arch],
+    ['general.type', 'STRING', 'model'],
+    ['general.name', 'STRING', 'qwen3-reranker-tiny (random weights, test fixture)'],
+    ['general.file_type', 'U32', 0],
+    [`${arch}.context_length`, 'U32', nCtx],
+    [`${arch}.embedding_length`, 'U32', nEmbd],
+    [`${arch}.block_count`, 'U32', nLayer],
+    [`${arch}.feed_forward_length`, 'U32', nFf],
+    [`${arch}.attention.head_count`, 'U32', nHead],
+    [`${arch}.attention.head_count_kv`, 'U32', nHeadKv],
+    [`${arch}.attention.key_length`, 'U32', headDim],
+    [`${arch}.attention.value_length`, 'U32', headDim],
+    [`${arch}.attention.layer_norm_rms_epsilon`, 'F32', eps],
+    [`${arch}.rope.freq_base`, 'F32', ropeBase],
+    [`${arch}.pooling_type`, 'U32', 4],
+    [`${arch}.classifier.output_labels`, ['ARRAY', 'STRING'], ['yes', 'no']],
+  ];
+  for (const k of Object.keys(tokenizerKv).sort()) {
+    if (k.startsWith('tokenizer.chat_template')) continue;
+    const v = tokenizerKv[k];
+    const type = Array.isArray(v) ? (k.endsWith('.token_type') ? ['ARRAY', 'I32'] : k.endsWith('.scores') ? ['ARRAY', 'F32'] : ['ARRAY', 'STRING']) : typeof v === 'string' ? 'STRING' : typeof v === 'boolean' ? 'BOOL' : 'U32';
+    kv.push([k, type, v]);
+  }
+  kv.push(['tokenizer.chat_template.rerank', 'STRING', QWEN3_RERANK_TEMPLATE]);
+  const key = 'qwen3-reranker-tiny';
+  const w = 1 / Math.sqrt(nEmbd);
+  const tensors = [tensor('token_embd.weight', [nEmbd, nVocab], 1, key), ones('output_norm.weight', nEmbd)];
+  for (let i = 0; i < nLayer; i++) {
+    const b = `blk.${i}`;
+    tensors.push(
+      ones(`${b}.attn_norm.weight`, nEmbd),
+      tensor(`${b}.attn_q.weight`, [nEmbd, nHead * headDim], w, key),
+      tensor(`${b}.attn_k.weight`, [nEmbd, nHeadKv * headDim], w, key),
+      tensor(`${b}.attn_v.weight`, [nEmbd, nHeadKv * headDim], w, key),
+      tensor(`${b}.attn_output.weight`, [nHead * headDim, nEmbd], 2 / Math.sqrt(nHead * headDim), key),
+      ones(`${b}.attn_q_norm.weight`, headDim),
+      ones(`${b}.attn_k_norm.weight`, headDim),
+      ones(`${b}.ffn_norm.weight`, nEmbd),
+      tensor(`${b}.ffn_gate.weight`, [nEmbd, nFf], w, key),
+      tensor(`${b}.ffn_up.weight`, [nEmbd, nFf], w, key),
+      tensor(`${b}.ffn_down.weight`, [nFf, nEmbd], 2 / Math.sqrt(nFf), key),
+    );
+  }
+  tensors.push(tensor('cls.output.weight', [nEmbd, 2], 0.1, key));
+  return { kv, tensors };
+}
+
+/**
+ * The score of one input (token ids) by the Qwen3 fixture, in double
+ * precision: pre-norm decoder layers (RMS norms, q/k norms per head, NeoX
+ * RoPE, grouped-query causal attention, SwiGLU), the output norm, the last
+ * token's vector through the rank head, softmax: the first label's probability.
+ */
+export function qwen3Reference(spec, ids) {
+  const { nEmbd, nHead, nHeadKv, headDim, nLayer, nFf, eps, ropeBase } = QWEN3_RERANKER_HPARAMS;
+  const T = new Map(spec.tensors.map((t) => [t.name, t.data]));
+  const mat = (x, name, nIn, nOut) => {
+    const W = T.get(name);
+    const y = new Float64Array(nOut);
+    for (let o = 0; o < nOut; o++) {
+      let s = 0;
+      for (let i = 0; i < nIn; i++) s += W[o * nIn + i] * x[i];
+      y[o] = s;
+    }
+    return y;
+  };
+  const rms = (x, g) => {
+    const ms = x.reduce((a, b) => a + b * b, 0) / x.length;
+    return x.map((v, i) => (v / Math.sqrt(ms + eps)) * g[i]);
+  };
+  const rope = (v, pos) => {
+    // NeoX: pairs (i, i + d/2).
+    const half = headDim / 2;
+    const out = Float64Array.from(v);
+    for (let i = 0; i < half; i++) {
+      const theta = pos * Math.pow(ropeBase, (-2 * i) / headDim);
+      const [c, s] = [Math.cos(theta), Math.sin(theta)];
+      out[i] = v[i] * c - v[i + half] * s;
+      out[i + half] = v[i] * s + v[i + half] * c;
+    }
+    return out;
+  };
+  const emb = T.get('token_embd.weight');
+  let h = ids.map((id) => Float64Array.from({ length: nEmbd }, (_, i) => emb[id * nEmbd + i]));
+  const group = nHead / nHeadKv;
+  for (let l = 0; l < nLayer; l++) {
+    const b = `blk.${l}`;
+    const x = h.map((v) => rms(v, T.get(`${b}.attn_norm.weight`)));
+    const heads = (v, n, norm, pos) => Array.from({ length: n }, (_, hd) => rope(rms(v.slice(hd * headDim, (hd + 1) * headDim), T.get(norm)), pos));
+    const q = x.map((v, p) => heads(mat(v, `${b}.attn_q.weight`, nEmbd, nHead * headDim), nHead, `${b}.attn_q_norm.weight`, p));
+    const k = x.map((v, p) => heads(mat(v, `${b}.attn_k.weight`, nEmbd, nHeadKv * headDim), nHeadKv, `${b}.attn_k_norm.weight`, p));
+    const vv = x.map((v) => mat(v, `${b}.attn_v.weight`, nEmbd, nHeadKv * headDim));
+    h = h.map((res, i) => {
+      const att = new Float64Array(nHead * headDim);
+      for (let hd = 0; hd < nHead; hd++) {
+        const kvh = Math.floor(hd / group);
+        const s = [];
+        for (let j = 0; j <= i; j++) s.push(q[i][hd].reduce((a, qv, c) => a + qv * k[j][kvh][c], 0) / Math.sqrt(headDim));
+        const m = Math.max(...s);
+        const e = s.map((z) => Math.exp(z - m));
+        const zsum = e.reduce((a, c) => a + c, 0);
+        for (let j = 0; j <= i; j++) for (let c = 0; c < headDim; c++) att[hd * headDim + c] += (e[j] / zsum) * vv[j][kvh * headDim + c];
+      }
+      const o = mat(att, `${b}.attn_output.weight`, nHead * headDim, nEmbd);
+      const mid = res.map((r, c) => r + o[c]);
+      const f = rms(mid, T.get(`${b}.ffn_norm.weight`));
+      const g = mat(f, `${b}.ffn_gate.weight`, nEmbd, nFf);
+      const u = mat(f, `${b}.ffn_up.weight`, nEmbd, nFf);
+      const act = g.map((gv, c) => (gv / (1 + Math.exp(-gv))) * u[c]);
+      const d = mat(act, `${b}.ffn_down.weight`, nFf, nEmbd);
+      return mid.map((m2, c) => m2 + d[c]);
+    });
+  }
+  const last = rms(h[h.length - 1], T.get('output_norm.weight'));
+  const logits = mat(last, 'cls.output.weight', nEmbd, 2);
+  const m = Math.max(...logits);
+  const e = logits.map((z) => Math.exp(z - m));
+  return e[0] / (e[0] + e[1]);
+}
+
+/** The Qwen3 fixture's spec, its tokenizer read from `modelsDir`'s QWEN3_TOKENIZER_SOURCE. */
+export async function qwen3RerankerSpecFrom(modelsDir) {
+  const { kv } = await readGgufHeader(path.join(modelsDir, QWEN3_TOKENIZER_SOURCE), { keep: (k) => k.startsWith('tokenizer.') });
+  return qwen3RerankerSpec(kv);
 }

@@ -398,7 +398,9 @@ impl Engine {
         let request = llama_engine_core::embed::parse_rerank_request(request)?;
         let model = self.model()?;
         let vocab = model.vocab();
-        let template = model.chat_template(Some("rerank")).ok().and_then(|t| t.to_string().ok());
+        // (llama_model_chat_template(model, "rerank")'s key, read as metadata:
+        // llama-cpp-2's chat_template(Some(name)) passes a name it has freed.)
+        let template = model.meta_val_str("tokenizer.chat_template.rerank").ok();
         let tokens = |text: &str, special: bool| vocab.tokenize(text.as_bytes(), false, special);
         let query = tokens(&request.query, false);
         let eos = if vocab.eos().0 >= 0 { vocab.eos() } else { vocab.sep() };
