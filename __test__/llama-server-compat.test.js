@@ -21,7 +21,8 @@ describe("serve reads llama-server's command line", () => {
     const argv = ['--port', '8080', '--temp', '0.8', '--seed', '42', '--host', '127.0.0.1', '--model', TARGET, '--batch-size', '1024', '--ubatch-size', '512', '--no-slots', '--alias', 'tinyllama-2', '--ctx-size', '512', '--parallel', '2', '--n-predict', '64', '--no-jinja', '-fa', 'on', '--spec-draft-n-max', '8', '--spec-type', 'ngram-simple', '--threads', '-1', '--cors-origins', 'localhost', '--api-key', 'a,b']
     const { load, listen, server } = parseServe(argv, {})
     expect(listen).toEqual({ host: '127.0.0.1', port: 8080 })
-    expect(load).toMatchObject({ modelPath: TARGET, contextSize: 512, parallel: 2, batchSize: 1024, isolation: 'process' })
+    // -c is llama-server's: the whole KV cache, split over the -np slots.
+    expect(load).toMatchObject({ modelPath: TARGET, contextSize: 256, parallel: 2, batchSize: 1024, isolation: 'process' })
     expect(load.threads).toBeUndefined()
     expect(server).toMatchObject({
       modelName: 'tinyllama-2',
@@ -35,7 +36,11 @@ describe("serve reads llama-server's command line", () => {
   test('short spellings of several letters, values after = and negative numbers', async () => {
     const { parseServe } = await cli()
     const { load, server } = parseServe(['-m', TARGET, '-np', '3', '-ub', '256', '-b', '128', '-c', '1024', '-n', '-1', '-s', '-1', '-ngl', '0', '--top-k=5', '-fa', '--cache-ram', '0', '-md', TARGET], {})
-    expect(load).toMatchObject({ parallel: 3, batchSize: 128, contextSize: 1024, gpuLayers: 0, promptCacheMB: 0, draftModelPath: TARGET })
+    expect(load).toMatchObject({ parallel: 3, batchSize: 128, contextSize: 341, gpuLayers: 0, promptCacheMB: 0, draftModelPath: TARGET })
+    // With -np left to its default (llama-server's auto: unified) or --kv-unified, each request may fill -c: each slot has it.
+    expect(parseServe(['-m', TARGET, '-c', '1024'], {}).load.contextSize).toBe(1024)
+    expect(parseServe(['-m', TARGET, '-c', '1024', '-np', '4', '--kv-unified'], {}).load).toMatchObject({ contextSize: 1024, parallel: 4 })
+    expect(parseServe(['-m', TARGET, '-c', '1024', '-np', '-1'], {}).load.contextSize).toBe(1024)
     expect(server.requestDefaults).toEqual({ n_predict: -1, seed: -1, top_k: 5, context_shift: false })
     // As llama-server: no context shift unless asked; /metrics and __verbose only when asked.
     expect(server).toMatchObject({ metrics: false })
@@ -47,7 +52,7 @@ describe("serve reads llama-server's command line", () => {
   test('environment variables fill what the command line leaves out', async () => {
     const { parseServe } = await cli()
     const { load, listen, server } = parseServe(['--ctx-size', '256'], { LLAMA_ARG_MODEL: TARGET, LLAMA_ARG_CTX_SIZE: '2048', LLAMA_ARG_PORT: '9000', LLAMA_ARG_N_PARALLEL: '2', LLAMA_API_KEY: 'k', LLAMA_ARG_ENDPOINT_SLOTS: 'false' })
-    expect(load).toMatchObject({ modelPath: TARGET, contextSize: 256, parallel: 2 })
+    expect(load).toMatchObject({ modelPath: TARGET, contextSize: 128, parallel: 2 })
     expect(listen.port).toBe(9000)
     expect(server).toMatchObject({ apiKey: 'k', slots: false })
   })
@@ -348,8 +353,9 @@ describe("serve answers as llama-server does (a server started with llama-server
       expect(res.status).toBe(400)
       const { error } = await res.json()
       expect(error.type).toBe('exceed_context_size_error')
-      expect(error.n_ctx).toBe(1024)
-      expect(error.n_prompt_tokens).toBeGreaterThan(1024)
+      // A slot's: -c 1024 over -np 2.
+      expect(error.n_ctx).toBe(512)
+      expect(error.n_prompt_tokens).toBeGreaterThan(512)
       expect(error.message).toMatch(/exceeds the available context size/)
     }
   })
@@ -401,7 +407,7 @@ describe("serve answers as llama-server does (a server started with llama-server
 
   test("GET /v1/models: aliases, tags, capabilities and the model's sizes; /v1/health; the input_tokens counts of Chat Completions and Responses", async () => {
     const models = await (await fetch(`${base}/v1/models`)).json()
-    expect(models.data[0]).toMatchObject({ id: 'tinyllama-2', aliases: ['tinyllama-2'], tags: ['chat', 'small'], capabilities: ['completion'], meta: { n_ctx: 1024 } })
+    expect(models.data[0]).toMatchObject({ id: 'tinyllama-2', aliases: ['tinyllama-2'], tags: ['chat', 'small'], capabilities: ['completion'], meta: { n_ctx: 512 } })
     expect(models.models[0]).toMatchObject({ name: 'tinyllama-2', capabilities: ['completion'] })
     expect((await fetch(`${base}/v1/health`)).status).toBe(200)
     const messages = [{ role: 'user', content: 'What is the best book' }]

@@ -116,7 +116,17 @@ function serveLoadValues(v, given) {
   const out = {}
   if (v.threads !== undefined && numberOf(given.threads, v.threads, 'int') === -1) out.threads = undefined
   if (v.parallel !== undefined && numberOf(given.parallel, v.parallel, 'int') === -1) out.parallel = undefined
-  if (v['ctx-size'] !== undefined && numberOf(given['ctx-size'], v['ctx-size'], 'int') === 0) out['ctx-size'] = String(1 << 20)
+  const c = v['ctx-size'] !== undefined ? numberOf(given['ctx-size'], v['ctx-size'], 'int') : undefined
+  if (c === 0) out['ctx-size'] = String(1 << 20)
+  // llama-server's -c is the whole KV cache. With slots named (-np N) and
+  // no --kv-unified it is split over them: each slot's context is c / N.
+  // With -np left to its default (auto: 4, unified) or --kv-unified, each
+  // request may fill c: here, each slot gets c (its own cells).
+  const np = v.parallel !== undefined ? numberOf(given.parallel, v.parallel, 'int') : -1
+  if (c > 0 && np > 0 && v['kv-unified'] !== true) {
+    if (c < np) throw new UsageError(`${given['ctx-size']} ${c}: less than a token per slot over ${np} slots`)
+    out['ctx-size'] = String(Math.floor(c / np))
+  }
   if (v.lora !== undefined) out.lora = v.lora.flatMap((l) => l.split(',')).filter((l) => l !== '')
   return out
 }
