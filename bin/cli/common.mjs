@@ -113,6 +113,27 @@ export function progressBar(stream) {
 export const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 }
 
 /**
+ * A command's flags read by `parse(argv)`, or how the command ends: a usage
+ * error is printed on stderr with the command's usage (exit code 2), `--help`
+ * prints the usage on stdout (0). Returns `{ cli }` or `{ code }`.
+ */
+export function parsedOrExit(parse, argv, { name, usage }) {
+  let cli
+  try {
+    cli = parse(argv)
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e
+    process.stderr.write(`${name}: ${e.message}\n\n${usage}`)
+    return { code: 2 }
+  }
+  if (cli.help) {
+    process.stdout.write(usage)
+    return { code: 0 }
+  }
+  return { cli }
+}
+
+/**
  * The flags and one positional of a subcommand (`pull`, `inspect`), or the
  * exit code when they are wrong or --help was asked (`usage` written).
  */

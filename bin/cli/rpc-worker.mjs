@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { createRequire } from 'node:module'
 import { UsageError } from './table.mjs'
-import { number } from './common.mjs'
+import { number, parsedOrExit } from './common.mjs'
 
 export const RPC_WORKER_USAGE = `Usage: llama-engine rpc-worker [options]
 
@@ -66,19 +66,9 @@ export function parseRpcWorker(argv) {
 
 /** `llama-engine rpc-worker`: serves until killed; resolves with an exit code only when it cannot start. */
 export async function rpcWorker(argv) {
-  const { stdout, stderr } = process
-  let cli
-  try {
-    cli = parseRpcWorker(argv)
-  } catch (e) {
-    if (!(e instanceof UsageError)) throw e
-    stderr.write(`llama-engine rpc-worker: ${e.message}\n\n${RPC_WORKER_USAGE}`)
-    return 2
-  }
-  if (cli.help) {
-    stdout.write(RPC_WORKER_USAGE)
-    return 0
-  }
+  const { stderr } = process
+  const { cli, code } = parsedOrExit(parseRpcWorker, argv, { name: 'llama-engine rpc-worker', usage: RPC_WORKER_USAGE })
+  if (cli === undefined) return code
   const require = createRequire(import.meta.url)
   const { binding } = require('../../lib/addon/native.js')
   if (typeof binding.rpcAvailable !== 'function' || !binding.rpcAvailable()) {

@@ -7,7 +7,7 @@ import { resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import { createRequire } from 'node:module'
 import { UsageError } from './table.mjs'
-import { DEFAULT_MODEL, SIGNAL_EXIT, jsonOrFile, loadOptions, number, progressBar } from './common.mjs'
+import { DEFAULT_MODEL, SIGNAL_EXIT, jsonOrFile, loadOptions, number, parsedOrExit, progressBar } from './common.mjs'
 
 // Request fields become flags of the same name, from the engine's own list
 // of them (name, kind, default, doc): --top_k N, --ignore_eos, --stop STR;
@@ -275,18 +275,8 @@ async function readStdin() {
 /** Runs the main command; resolves with the exit code. */
 export async function run(argv) {
   const { stdout, stderr } = process
-  let cli
-  try {
-    cli = parseCli(argv)
-  } catch (e) {
-    if (!(e instanceof UsageError)) throw e
-    stderr.write(`llama-engine: ${e.message}\n\n${USAGE}`)
-    return 2
-  }
-  if (cli.help) {
-    stdout.write(USAGE)
-    return 0
-  }
+  const { cli, code } = parsedOrExit(parseCli, argv, { name: 'llama-engine', usage: USAGE })
+  if (cli === undefined) return code
   if (cli.prompt === undefined && process.stdin.isTTY && !cli.interactive) {
     stderr.write(`llama-engine: no prompt: pass --prompt TEXT or pipe it on stdin\n\n${USAGE}`)
     return 2

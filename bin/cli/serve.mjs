@@ -6,7 +6,7 @@ import { join, resolve } from 'node:path'
 import { createRequire } from 'node:module'
 import { UsageError, helpText, numberOf, parseTable } from './table.mjs'
 import { SERVE_GROUPS, SERVE_TABLE, modelFromHub, serveExtras } from './serve-options.mjs'
-import { BUILTIN_TEMPLATES, SIGNAL_EXIT, loadOptions, number } from './common.mjs'
+import { BUILTIN_TEMPLATES, SIGNAL_EXIT, loadOptions, number, parsedOrExit } from './common.mjs'
 import { readPresetFile } from './presets.mjs'
 
 export const SERVE_USAGE = `Usage: llama-engine serve [options]
@@ -104,7 +104,8 @@ export function parseServe(argv, env = process.env) {
     router.idleUnloadMs ??= server.sleepIdleMs
     delete server.sleepIdleMs
   }
-  return { help: Boolean(v.help), router, listen, server }
+  // (load: the options every model of the router loads with.)
+  return { help: Boolean(v.help), router, load: router.engineOptions, listen, server }
 }
 
 /**
@@ -291,19 +292,9 @@ async function modelsIn(dir, inspectModel, load) {
 
 /** `llama-engine serve`: listens at once (/health says "loading" meanwhile); resolves with the exit code. */
 export async function serve(argv) {
-  const { stdout, stderr } = process
-  let cli
-  try {
-    cli = parseServe(argv)
-  } catch (e) {
-    if (!(e instanceof UsageError)) throw e
-    stderr.write(`llama-engine serve: ${e.message}\n\n${SERVE_USAGE}`)
-    return 2
-  }
-  if (cli.help) {
-    stdout.write(SERVE_USAGE)
-    return 0
-  }
+  const { stderr } = process
+  const { cli, code } = parsedOrExit(parseServe, argv, { name: 'llama-engine serve', usage: SERVE_USAGE })
+  if (cli === undefined) return code
   const require = createRequire(import.meta.url)
   const { LlamaEngine, inspectModel } = require('../../index.js')
   const { createServer } = require('../../server/index.js')
