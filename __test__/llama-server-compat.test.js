@@ -360,7 +360,7 @@ describe("serve answers as llama-server does (a server started with llama-server
     }
   })
 
-  test('return_progress: where the prompt is as it is evaluated in chunks of -b, before the tokens', async () => {
+  test('return_progress: where the prompt is as it is evaluated in chunks of -b, with its timings, before the tokens', async () => {
     const prompt = 'The history of the printing press begins in the fifteenth century. '.repeat(15)
     const all = await events(await post('/completion', { prompt, n_predict: 2, stream: true, return_progress: true, cache_prompt: false }))
     const progress = all.filter((e) => e.prompt_progress).map((e) => e.prompt_progress)
@@ -372,6 +372,15 @@ describe("serve answers as llama-server does (a server started with llama-server
       expect(progress[i].processed - progress[i - 1].processed).toBeLessThanOrEqual(64)
     }
     expect(progress.at(-1).processed).toBe(progress[0].total)
+    // Each with llama-server's timings of the prompt so far: none before the first chunk, never going back.
+    const timings = all.filter((e) => e.prompt_progress).map((e) => e.timings)
+    expect(timings[0]).toMatchObject({ prompt_n: 0, prompt_ms: 0, predicted_n: 0, predicted_ms: 0 })
+    for (let i = 1; i < timings.length; i++) {
+      for (const v of Object.values(timings[i])) expect(v).toBeGreaterThanOrEqual(0)
+      expect(timings[i].prompt_ms).toBeGreaterThanOrEqual(timings[i - 1].prompt_ms)
+      expect(timings[i].prompt_n).toBe(progress[i].processed - progress[i].cache)
+    }
+    expect(timings.at(-1).prompt_ms).toBeGreaterThan(0)
     // Every progress event comes before the first token.
     const firstToken = all.findIndex((e) => e.content)
     expect(all.findLastIndex((e) => e.prompt_progress)).toBeLessThan(firstToken)
@@ -543,6 +552,34 @@ test('sleepIdleMs (--sleep-idle-seconds): idle, the engine is disposed; read-onl
     expect(await props()).toBe(false)
   } finally {
     await close(server)
+  }
+})
+
+test('--host A,B: each address listened on, at the same port, served alike (the command line over LLAMA_ARG_HOST)', async () => {
+  const net = require('node:net')
+  const v6 = await new Promise((resolve) => {
+    const probe = net.createServer().once('error', () => resolve(false))
+    probe.listen(0, '::1', () => probe.close(() => resolve(true)))
+  })
+  if (!v6) return console.warn('skipped: no IPv6 loopback here')
+  const srv = spawn(process.execPath, [CLI, 'serve', '-m', TARGET, '--port', '0', '-c', '512', '--host', '127.0.0.1,::1', '--api-key', 'k', '--isolation', 'none'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, LLAMA_ARG_HOST: '192.0.2.1' },
+  })
+  let log = ''
+  srv.stderr.on('data', (d) => (log += d))
+  try {
+    expect(await until(() => /model loaded/.test(log), 60_000)).toBe(true)
+    const [, v4, v6url] = /listening on (http:\/\/127\.0\.0\.1:\d+) and (http:\/\/\[::1\]:\d+),/.exec(log)
+    expect(v4.split(':').at(-1)).toBe(v6url.split(':').at(-1))
+    for (const base of [v4, v6url]) {
+      expect((await fetch(`${base}/health`)).status).toBe(200)
+      expect((await fetch(`${base}/v1/completions`, { method: 'POST', body: '{}' })).status).toBe(401)
+      const res = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { authorization: 'Bearer k' }, body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4 }) })
+      expect(res.status).toBe(200)
+    }
+  } finally {
+    srv.kill()
   }
 })
 

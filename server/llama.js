@@ -24,6 +24,27 @@ function llamaCpp() {
 }
 
 /**
+ * llama-server's `timings` on a prompt_progress chunk: the prompt so far
+ * (its tokens computed, not cached, and their time), nothing generated yet.
+ */
+function progressTimings({ cache = 0, processed = 0, time_ms: time = 0 }) {
+  const n = Math.max(0, processed - cache)
+  // Before the first chunk is computed, no time has gone into the prompt.
+  const ms = n > 0 ? time : 0
+  return {
+    cache_n: cache,
+    prompt_n: n,
+    prompt_ms: ms,
+    prompt_per_token_ms: n > 0 ? ms / n : 0,
+    prompt_per_second: ms > 0 ? (n * 1000) / ms : 0,
+    predicted_n: 0,
+    predicted_ms: 0,
+    predicted_per_token_ms: 0,
+    predicted_per_second: 0,
+  }
+}
+
+/**
  * What chat and completion results carry as `system_fingerprint`: the
  * build, as llama-server's "b<build>-<commit>" (here llama.cpp's crate
  * version and this package's).
@@ -242,7 +263,7 @@ const completion = {
     event(event) {
       if (event.type === 'progress') {
         const { type, ...prompt_progress } = event
-        sse.send({ content: '', tokens: [], stop: false, prompt_progress })
+        sse.send({ content: '', tokens: [], stop: false, prompt_progress, timings: progressTimings(prompt_progress) })
         return
       }
       if (event.type === 'token') {

@@ -96,7 +96,7 @@ export const SERVE_TABLE = [
   { key: 'default-ignore_eos', field: 'ignore_eos', names: ['--ignore-eos', '--ignore_eos'], kind: 'bool', group: G.sampling, help: 'generate past the end-of-generation token' },
 
   // Server
-  { key: 'host', names: ['--host'], env: 'LLAMA_ARG_HOST', kind: 'string', arg: 'ADDR', group: G.server, help: 'address to listen on', def: '127.0.0.1' },
+  { key: 'host', names: ['--host'], env: 'LLAMA_ARG_HOST', kind: 'string', arg: 'ADDR[,ADDR…]', group: G.server, help: 'addresses to listen on, comma-separated (each at the same port)', def: '127.0.0.1' },
   { key: 'port', names: ['--port'], env: ['LLAMA_ARG_PORT', 'PORT'], kind: 'string', arg: 'N', group: G.server, help: 'port (0 picks a free one)', def: '8080' },
   { key: 'api-key', names: ['--api-key'], env: ['LLAMA_API_KEY', 'LLAMA_ENGINE_API_KEY'], kind: 'string', arg: 'KEY[,KEY…]', group: G.server, help: 'require a key (Authorization: Bearer KEY, or x-api-key: KEY) on every endpoint but /health; several comma-separated' },
   { key: 'api-key-file', names: ['--api-key-file'], env: 'LLAMA_ARG_API_KEY_FILE', kind: 'string', arg: 'FILE', group: G.server, help: 'the keys from a file, one per line (# starts a comment)' },

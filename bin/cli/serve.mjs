@@ -4,6 +4,7 @@
 import { existsSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { createRequire } from 'node:module'
+import net from 'node:net'
 import { UsageError, helpText, numberOf, parseTable } from './table.mjs'
 import { SERVE_GROUPS, SERVE_TABLE, modelFromHub, serveExtras } from './serve-options.mjs'
 import { BUILTIN_TEMPLATES, SIGNAL_EXIT, loadOptions, number, parsedOrExit } from './common.mjs'
@@ -62,7 +63,10 @@ export function parseServe(argv, env = process.env) {
   const port = nonNegative('port', v.port ?? '8080')
   if (port > 65535) throw new UsageError(`--port: expected 0..65535, got ${port}`)
   const isolation = v.isolation ?? 'process'
-  const listen = { host: v.host ?? '127.0.0.1', port }
+  // llama-server's --host takes several addresses, comma-separated: each listened on, at the same port.
+  const hosts = (v.host ?? '127.0.0.1').split(',').map((h) => h.trim().replace(/^\[(.*)\]$/, '$1'))
+  if (hosts.some((h) => h === '')) throw new UsageError(`--host: expected ADDR[,ADDR…], got ${JSON.stringify(v.host)}`)
+  const listen = { host: hosts[0], port, ...(hosts.length > 1 ? { hosts } : {}) }
   const hub = modelFromHub(v)
   if (hub !== undefined && v.model !== undefined) throw new UsageError(`${given['hf-repo'] ?? given['model-url']}: a model is named by --model already`)
   const models = v.model ?? (hub !== undefined ? [hub] : [])
@@ -369,8 +373,26 @@ async function runServer(server, listen, { serving, loading, disposed }) {
     return 1
   }
   const { address, port } = server.address()
-  const host = address.includes(':') ? `[${address}]` : address
-  stderr.write(`listening on http://${host}:${port}, ${serving}\n`)
+  const url = (a) => `http://${a.includes(':') ? `[${a}]` : a}:${port}`
+  // The other addresses (--host A,B): their connections served by the same server.
+  const others = []
+  for (const h of listen.hosts?.slice(1) ?? []) {
+    const other = net.createServer((socket) => server.emit('connection', socket))
+    try {
+      await new Promise((resolve, reject) => {
+        other.once('error', reject)
+        other.listen(port, h, resolve)
+      })
+    } catch (e) {
+      stderr.write(`error: cannot listen on ${h}:${port} (${e.code || e.message})\n`)
+      for (const o of others) o.close()
+      await server.shutdown({ graceMs: 0, dispose: true })
+      return 1
+    }
+    others.push(other)
+  }
+  server.on('close', () => others.forEach((o) => o.close()))
+  stderr.write(`listening on ${[url(address), ...others.map((o) => url(o.address().address))].join(' and ')}, ${serving}\n`)
   if (server.responses.loadError) stderr.write(`warning: --responses-file ${server.responses.loadError}\n`)
   else if (server.responses.file && server.responses.size) stderr.write(`${server.responses.size} kept responses read from ${server.responses.file}\n`)
   if (loading) {
