@@ -171,6 +171,11 @@ describe("serve answers as llama-server does (a server started with llama-server
     expect(plain.stop_type).toBe('limit')
     expect(typeof plain.has_new_line).toBe('boolean')
     expect(plain.timings.prompt_n + plain.timings.cache_n).toBe(plain.tokens_evaluated)
+    // The generation's rate is over its tokens after the first (that one came from the prompt's pass), as llama-server's.
+    const t = plain.timings
+    expect(t.predicted_per_second).toBeCloseTo(((t.predicted_n - 1) * 1000) / t.predicted_ms, 6)
+    const one = (await (await post('/completion', { prompt: 'I believe', n_predict: 1 })).json()).timings
+    expect(one).toMatchObject({ predicted_n: 1, predicted_per_second: 0, predicted_per_token_ms: 0 })
     const withTokens = await (await post('/completion', { ...body, return_tokens: true })).json()
     expect(withTokens.tokens).toHaveLength(6)
     expect(withTokens.tokens.every(Number.isInteger)).toBe(true)

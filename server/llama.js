@@ -24,6 +24,26 @@ function llamaCpp() {
 }
 
 /**
+ * A result's `timings` as llama-server gives them over HTTP: `cache_n`
+ * (prompt tokens reused), and the generation's rates over its tokens after
+ * the first (which came from the prompt's last pass, at no decoding step of
+ * its own): `predicted_per_second` is (n - 1) / predicted_ms, 0 for one
+ * token. (The library's result keeps n / predicted_ms.)
+ */
+function httpTimings(result) {
+  const t = result?.timings
+  if (!t) return t
+  const steps = Math.max(0, (t.predicted_n ?? 0) - 1)
+  const ms = t.predicted_ms ?? 0
+  return {
+    ...t,
+    cache_n: result.tokens_cached ?? 0,
+    predicted_per_token_ms: steps > 0 ? ms / steps : 0,
+    predicted_per_second: steps > 0 && ms > 0 ? (steps * 1000) / ms : 0,
+  }
+}
+
+/**
  * llama-server's `timings` on a prompt_progress chunk: the prompt so far
  * (its tokens computed, not cached, and their time), nothing generated yet.
  */
@@ -185,7 +205,7 @@ function stopType(r) {
  * made).
  */
 function llamaResult(result, turn) {
-  const timings = { ...result.timings, cache_n: result.tokens_cached }
+  const timings = httpTimings(result)
   const spec = result.speculative
   if (spec && spec.n_drafted > 0) Object.assign(timings, { draft_n: spec.n_drafted, draft_n_accepted: spec.n_accepted })
   const answer = {
@@ -360,6 +380,7 @@ async function rerank(ctx) {
 
 module.exports = {
   systemFingerprint,
+  httpTimings,
   withVerbose,
   errorBody: openaiErrorBody,
   routes: {

@@ -6,7 +6,7 @@
 const { randomUUID } = require('node:crypto')
 const { invalid, openaiErrorBody } = require('./errors.js')
 const { isObject, passthrough, templateOptions, promptTokens } = require('./util.js')
-const { systemFingerprint, withVerbose } = require('./llama.js')
+const { systemFingerprint, withVerbose, httpTimings } = require('./llama.js')
 const { tokenProbs, openaiLogprobs } = require('./logprobs.js')
 
 // Engine fields a client may send beside OpenAI's: every one OpenAI's names
@@ -189,7 +189,7 @@ function completionRoute(kind) {
           ? { index, message: chatMessage(r), logprobs, finish_reason: finishReason(r) }
           : { index, text: r.content, logprobs, finish_reason: finishReason(r) }
       })
-      const answer = { ...head, object: chat ? 'chat.completion' : 'text_completion', choices, usage: usage(results), timings: results[0].timings }
+      const answer = { ...head, object: chat ? 'chat.completion' : 'text_completion', choices, usage: usage(results), timings: httpTimings(results[0]) }
       return withVerbose(answer, results[0], { ...turn, generated: turn.choices[0].generated })
     },
     streamEvents(turn, sse) {
@@ -240,9 +240,9 @@ function completionRoute(kind) {
             role(index)
             // The last chunk carries the timings (and __verbose), as llama-server's.
             const last = chunk({ ...(chat ? { delta: {} } : { text: '' }), finish_reason: finishReason(r), index })
-            sse.send(withVerbose({ ...last, timings: r.timings }, r, { ...turn, generated: [] }))
+            sse.send(withVerbose({ ...last, timings: httpTimings(r) }, r, { ...turn, generated: [] }))
           })
-          if (body.stream_options?.include_usage === true) sse.send({ ...chunk({ usage: usage(results) }), timings: results[0].timings })
+          if (body.stream_options?.include_usage === true) sse.send({ ...chunk({ usage: usage(results) }), timings: httpTimings(results[0]) })
           sse.send('[DONE]')
         },
         fail: (e) => sse.send(openaiErrorBody(e)),

@@ -76,6 +76,7 @@ export const SERVE_TABLE = [
   { key: 'cont-batching', names: ['-cb', '--cont-batching'], negations: ['-nocb', '--no-cont-batching'], env: 'LLAMA_ARG_CONT_BATCHING', kind: 'bool', group: G.ctx, help: 'continuous batching', accepted: 'requests always join the running batch' },
   { key: 'context-shift', names: ['--context-shift'], negations: ['--no-context-shift'], env: 'LLAMA_ARG_CONTEXT_SHIFT', kind: 'bool', group: G.ctx, help: "the request field context_shift's default: on, a prompt longer than a slot's context is truncated and a full context shifts; off (as llama-server), such a prompt is a 400 exceed_context_size_error and such a generation ends (truncated)", def: 'off' },
   { key: 'cache-ram', names: ['-cram', '--cache-ram'], env: 'LLAMA_ARG_CACHE_RAM', kind: 'string', arg: 'MiB', group: G.ctx, help: 'the host-memory prompt cache, in MiB (-1: no limit, 0: off)' },
+  { key: 'cache-idle-slots', names: ['--cache-idle-slots'], negations: ['--no-cache-idle-slots'], env: 'LLAMA_ARG_CACHE_IDLE_SLOTS', kind: 'bool', group: G.ctx, help: 'keep idle slots in the prompt cache', accepted: 'the prompt cache keeps what a slot held when another prompt takes the slot, always (--cache-ram)' },
   { key: 'cache-prompt', names: ['--cache-prompt'], negations: ['--no-cache-prompt'], env: 'LLAMA_ARG_CACHE_PROMPT', kind: 'bool', group: G.ctx, help: "reuse a slot's cached prefix (the request field cache_prompt's default)", def: 'on' },
 
   // Chat
@@ -94,6 +95,7 @@ export const SERVE_TABLE = [
   // Sampling defaults
   ...SAMPLING.filter(([field]) => FIELD_KIND[field]).map(([field, names, env, arg, help, def]) => ({ key: `default-${field}`, field, names, env, kind: 'string', arg, group: G.sampling, help, def })),
   { key: 'default-ignore_eos', field: 'ignore_eos', names: ['--ignore-eos', '--ignore_eos'], kind: 'bool', group: G.sampling, help: 'generate past the end-of-generation token' },
+  { key: 'backend-sampling', names: ['-bs', '--backend-sampling', '--backend_sampling'], env: 'LLAMA_ARG_BACKEND_SAMPLING', kind: 'bool', group: G.sampling, help: 'sampling on the GPU back end', accepted: 'sampling is the engine\'s own, the same probabilities wherever the logits are computed' },
 
   // Server
   { key: 'host', names: ['--host'], env: 'LLAMA_ARG_HOST', kind: 'string', arg: 'ADDR[,ADDR…]', group: G.server, help: 'addresses to listen on, comma-separated (each at the same port)', def: '127.0.0.1' },
