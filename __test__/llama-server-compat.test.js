@@ -243,10 +243,12 @@ describe("serve answers as llama-server does (a server started with llama-server
     }
   })
 
+  // (Each block's data line; the Responses API names its events on an `event:` line before it.)
   const events = async (res) =>
     (await res.text())
       .split('\n\n')
-      .filter((l) => l.startsWith('data: {'))
+      .map((block) => block.split('\n').find((l) => l.startsWith('data: {')))
+      .filter(Boolean)
       .map((l) => JSON.parse(l.slice(6)))
 
   test("n_probs in llama-server's shape: the token's own logprob (or prob) and its top list, streamed and not", async () => {
@@ -393,6 +395,25 @@ describe("serve answers as llama-server does (a server started with llama-server
     const chatProgress = chat.filter((c) => c.prompt_progress)
     expect(chatProgress.length).toBeGreaterThanOrEqual(2)
     for (const c of chatProgress) expect(c.choices[0].delta).toEqual({ role: 'assistant', content: null })
+  })
+
+  test("Responses' llama.cpp telemetry: return_progress as response.in_progress events with prompt_progress, timings_per_token on the deltas and the end", async () => {
+    const prompt = 'The history of the printing press begins in the fifteenth century. '.repeat(15)
+    const all = await events(await post('/v1/responses', { input: prompt, max_output_tokens: 4, stream: true, return_progress: true, timings_per_token: true }))
+    const progress = all.filter((e) => e.prompt_progress)
+    expect(progress.length).toBeGreaterThanOrEqual(2)
+    for (const e of progress) expect(e).toMatchObject({ type: 'response.in_progress', response: { status: 'in_progress' } })
+    expect(progress.at(-1).prompt_progress.processed).toBe(progress[0].prompt_progress.total)
+    const deltas = all.filter((e) => e.type === 'response.output_text.delta')
+    expect(deltas.length).toBeGreaterThan(0)
+    for (const d of deltas) expect(d.timings).toMatchObject({ prompt_n: expect.any(Number), predicted_n: expect.any(Number), predicted_per_second: expect.any(Number) })
+    expect(deltas.at(-1).timings.predicted_n).toBeGreaterThanOrEqual(deltas[0].timings.predicted_n)
+    const end = all.at(-1)
+    expect(['response.completed', 'response.incomplete']).toContain(end.type)
+    expect(end.timings.predicted_n).toBe(end.response.usage.output_tokens)
+    // Without them, OpenAI's stream as it is.
+    const plain = await events(await post('/v1/responses', { input: 'Hi', max_output_tokens: 2, stream: true }))
+    expect(plain.some((e) => e.prompt_progress || e.timings)).toBe(false)
   })
 
   test('n choices: each its own generation, in its own index; the usage counts the prompt once, every choice\'s tokens', async () => {

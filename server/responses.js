@@ -8,7 +8,9 @@
 // assemble them.
 
 const { ApiError, invalid, openaiErrorBody } = require('./errors.js')
+const { performance } = require('node:perf_hooks')
 const { isObject, newId, passthrough, sourcedMessages, promptTokens } = require('./util.js')
+const { httpTimings } = require('./llama.js')
 
 // Engine fields this endpoint sets itself; the engine's others (top_k,
 // seed, stop, …) may be sent beside the Responses fields, as on the chat endpoint.
@@ -429,6 +431,12 @@ class ResponseEvents {
   #calls = new Map() // the engine's tool-call index -> its open state
   #keep
   reasoningTokens = 0
+  // llama-server's telemetry (timings_per_token): when the stream began,
+  // where the prompt got to, when the first token came and how many since.
+  #t0 = performance.now()
+  #progress = null
+  #firstAt = null
+  #generated = 0
 
   constructor(sse, head, body, names, keep) {
     this.#sse = sse
@@ -436,6 +444,27 @@ class ResponseEvents {
     this.#body = body
     this.#names = names
     this.#keep = keep
+  }
+
+  /** The timings so far, in llama-server's shape (prompt from the progress events, generation since the first token). */
+  #timings() {
+    const now = performance.now()
+    const p = this.#progress
+    const promptN = p ? Math.max(0, p.processed - p.cache) : 0
+    const promptMs = (this.#firstAt ?? now) - this.#t0
+    const predictedMs = this.#firstAt === null ? 0 : now - this.#firstAt
+    const steps = Math.max(0, this.#generated - 1)
+    return {
+      cache_n: p?.cache ?? 0,
+      prompt_n: promptN,
+      prompt_ms: promptMs,
+      prompt_per_token_ms: promptN > 0 ? promptMs / promptN : 0,
+      prompt_per_second: promptMs > 0 ? (promptN * 1000) / promptMs : 0,
+      predicted_n: this.#generated,
+      predicted_ms: predictedMs,
+      predicted_per_token_ms: steps > 0 ? predictedMs / steps : 0,
+      predicted_per_second: steps > 0 && predictedMs > 0 ? (steps * 1000) / predictedMs : 0,
+    }
   }
 
   #emit(type, payload) {
@@ -507,10 +536,21 @@ class ResponseEvents {
     this.#emit('response.output_item.done', { output_index: index, item: done })
   }
 
-  /** One event of the engine: its token events become the stream's. */
+  /** One event of the engine: its token events become the stream's (and, with return_progress, its progress events llama-server's in_progress ones). */
   event(event) {
+    if (event.type === 'progress') {
+      const { type, ...prompt_progress } = event
+      this.#progress = prompt_progress
+      if (this.#body.return_progress !== true) return
+      this.#start()
+      this.#emit('response.in_progress', { response: responseObject(this.#head, this.#body, { status: 'in_progress' }), prompt_progress })
+      return
+    }
     if (event.type !== 'token') return
     this.#start()
+    this.#firstAt ??= performance.now()
+    this.#generated += event.tokens?.length ?? 1
+    const telemetry = this.#body.timings_per_token === true ? { timings: this.#timings() } : {}
     if (event.reasoning) {
       const o = this.#openReasoning()
       o.text += event.reasoning
@@ -520,7 +560,7 @@ class ResponseEvents {
     if (event.content) {
       const o = this.#openMessage()
       o.text += event.content
-      this.#emit('response.output_text.delta', { item_id: o.item.id, output_index: o.index, content_index: 0, delta: event.content, logprobs: [] })
+      this.#emit('response.output_text.delta', { item_id: o.item.id, output_index: o.index, content_index: 0, delta: event.content, logprobs: [], ...telemetry })
     }
     for (const d of event.tool_calls ?? []) {
       let o = this.#calls.get(d.index)
@@ -550,7 +590,8 @@ class ResponseEvents {
     this.#closeOpen(result.stopped_limit ? 'incomplete' : 'completed')
     const response = responseObject(this.#head, this.#body, { status, incomplete, output: this.#items, usage: usageOf(result, this.reasoningTokens) })
     this.#keep(response)
-    this.#emit(status === 'completed' ? 'response.completed' : 'response.incomplete', { response })
+    const telemetry = this.#body.timings_per_token === true && result.timings ? { timings: httpTimings(result) } : {}
+    this.#emit(status === 'completed' ? 'response.completed' : 'response.incomplete', { response, ...telemetry })
   }
 
   /** A failure after the stream started: an `error` event, then response.failed. */
