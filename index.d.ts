@@ -625,7 +625,7 @@ export interface EngineStatus {
    * one faster (a machine busy with other work, a second engine).
    */
   threadsInUse?: number
-  /** The target's decoding steps since load (one `llama_decode` each: prompt chunks, generation, verification) and the slots they served, summed (`slots / steps`: requests per step). */
+  /** The target's decoding steps since load (one `llama_decode` each: prompt chunks, generation, verification, and `embed()`'s and `rerank()`'s passes) and the slots (or inputs) they served, summed (`slots / steps`: requests per step). */
   decodes?: { steps: number; slots: number }
   vocabSize?: number
   /** How `embed()` pools (`EngineOptions.pooling`, else the GGUF's, else `mean`); `rank` for a reranker. */

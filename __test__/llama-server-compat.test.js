@@ -326,6 +326,10 @@ describe("serve answers as llama-server does (a server started with llama-server
     expect(delta('n_decode_total')).toBeGreaterThanOrEqual(r.timings.predicted_n - 1)
     expect(after['llamacpp:requests_processing']).toBe(0)
     expect(after['llamacpp:n_tokens_max']).toBeGreaterThanOrEqual(r.tokens_evaluated + r.tokens_predicted)
+    // An embedding's pass of the model counts among the decodes too.
+    expect((await post('/v1/embeddings', { input: 'hello world' })).status).toBe(200)
+    const embedded = (await scrape()).values
+    expect(embedded['llamacpp:n_decode_total'] - after['llamacpp:n_decode_total']).toBeGreaterThanOrEqual(1)
   })
 
   test('__verbose with verbose: true: the prompt the model read and the /completion result; absent otherwise', async () => {

@@ -171,7 +171,7 @@ class Metrics {
       ['prompt_seconds_total', 'Total time spent processing prompts', l.promptSeconds],
       ['tokens_predicted_total', 'Number of generation tokens processed', l.predicted],
       ['tokens_predicted_seconds_total', 'Total time spent generating tokens', l.predictedSeconds],
-      ['n_decode_total', "Total number of llama_decode() calls of the loaded models' targets (prompt chunks, generation and verification steps)", steps],
+      ['n_decode_total', "Total number of llama_decode() calls of the loaded models' targets (prompt chunks, generation and verification steps, embedding passes)", steps],
       ['n_tokens_max', 'Largest observed sequence length (prompt + generation)', l.maxTokens],
       ['spec_decode_num_draft_tokens_total', 'Speculative: Total draft tokens generated', l.drafted],
       ['spec_decode_num_accepted_tokens_total', 'Speculative: Total draft tokens accepted by the target model', l.accepted],

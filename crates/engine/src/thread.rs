@@ -110,7 +110,11 @@ fn run(opts: EngineOptions, progress: Option<Progress>, shared: Arc<Shared>, rea
         // One chunk of the front embed() call per step, beside the slots.
         if let Some(mut job) = shared.next_embed() {
             match catch_unwind(AssertUnwindSafe(|| worker.embed_step(&mut job))) {
-                Ok(Ok(true)) => job.answer(),
+                Ok(Ok(true)) => {
+                    // Its passes counted in status() before its answer goes.
+                    worker.publish();
+                    job.answer()
+                }
                 Ok(Ok(false)) => {
                     if let Err(job) = shared.resubmit_embed(job) {
                         job.fail(EngineError::disposed());

@@ -312,6 +312,11 @@ impl<'m> Worker<'m> {
         let done = embedder.step(job, &models.info);
         if done.is_err() {
             self.embedder = None;
+        } else {
+            // A pass of the model too (llama-server counts its embeddings'
+            // decodes in n_decode_total): one input served.
+            self.decodes += 1;
+            self.decoded_slots += 1;
         }
         done
     }
