@@ -429,10 +429,11 @@ mod tests {
         assert_eq!(Pooling::from_gguf(Some("1")), Some(Pooling::Mean));
         assert_eq!(Pooling::from_gguf(Some("2")), Some(Pooling::Cls));
         assert_eq!(Pooling::from_gguf(Some("3")), Some(Pooling::Last));
-        for other in [Some("0"), Some("4"), Some("x"), None] {
+        assert_eq!(Pooling::from_gguf(Some("4")), Some(Pooling::Rank));
+        for other in [Some("0"), Some("5"), Some("x"), None] {
             assert_eq!(Pooling::from_gguf(other), None);
         }
-        for p in [Pooling::Mean, Pooling::Cls, Pooling::Last] {
+        for p in [Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::Rank] {
             assert_eq!(Pooling::parse(p.as_str()), Some(p));
         }
         assert_eq!(Pooling::parse("none"), None);

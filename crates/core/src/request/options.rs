@@ -366,7 +366,7 @@ mod tests {
             (json!({ "modelPath": "m", "toolCallFormat": "xml" }), "toolCallFormat"),
             (json!({ "modelPath": "m", "promptCacheMB": -1 }), "promptCacheMB"),
             (json!({ "modelPath": "m", "promptCacheMB": 0.5 }), "promptCacheMB"),
-            (json!({ "modelPath": "m", "pooling": "rank" }), "pooling"),
+            (json!({ "modelPath": "m", "pooling": "max" }), "pooling"),
             (json!({ "modelPath": "m", "pooling": 1 }), "pooling"),
             (json!({ "modelPath": "m", "loras": {} }), "loras"),
             (json!({ "modelPath": "m", "loras": [{}] }), "loras[0].path"),
