@@ -165,3 +165,34 @@ export function loraAdapter({ architecture, name, targets, rank = 8, alpha = 16,
   ];
   return { kv, tensors };
 }
+
+/**
+ * The metadata every text-model fixture starts with, in this order:
+ * `general.*` and `<arch>.{context_length, embedding_length, block_count,
+ * feed_forward_length, attention.head_count}`; each fixture adds its own.
+ */
+export function textModelKv({ arch, name, fileType, nCtx, nEmbd, nLayer, nFf, nHead }) {
+  return [
+    ['general.architecture', 'STRING', arch],
+    ['general.type', 'STRING', 'model'],
+    ['general.name', 'STRING', name],
+    ['general.file_type', 'U32', fileType],
+    [`${arch}.context_length`, 'U32', nCtx],
+    [`${arch}.embedding_length`, 'U32', nEmbd],
+    [`${arch}.block_count`, 'U32', nLayer],
+    [`${arch}.feed_forward_length`, 'U32', nFf],
+    [`${arch}.attention.head_count`, 'U32', nHead],
+  ];
+}
+
+/** GGUF types of the tokenizer keys copied from a source model (the reader gives values only). */
+export function tokenizerKvType(k, v) {
+  if (Array.isArray(v)) {
+    if (k.endsWith('.token_type')) return ['ARRAY', 'I32'];
+    if (k.endsWith('.scores')) return ['ARRAY', 'F32'];
+    if (v.every((s) => typeof s === 'string')) return ['ARRAY', 'STRING'];
+  } else if (typeof v === 'string') return 'STRING';
+  else if (typeof v === 'boolean') return 'BOOL';
+  else if (Number.isInteger(v) && /_id$/.test(k)) return 'U32';
+  throw new Error(`${k}: no GGUF type known for this tokenizer key`);
+}

@@ -36,7 +36,7 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { writeGguf, seedOf, normals } from './gguf-write.mjs';
+import { writeGguf, seedOf, normals, textModelKv, tokenizerKvType } from './gguf-write.mjs';
 
 const { readGgufHeader } = createRequire(import.meta.url)('./gguf-read.cjs');
 
@@ -274,18 +274,6 @@ export function qwen2vlMmprojSpec(textEmbd = QWEN2VL_VISION.projectionDim) {
   return { kv, tensors };
 }
 
-/** GGUF types of the tokenizer keys copied from the source model (the reader gives values only). */
-function tokenizerKvType(k, v) {
-  if (Array.isArray(v)) {
-    if (k.endsWith('.token_type')) return ['ARRAY', 'I32'];
-    if (k.endsWith('.scores')) return ['ARRAY', 'F32'];
-    if (v.every((s) => typeof s === 'string')) return ['ARRAY', 'STRING'];
-  } else if (typeof v === 'string') return 'STRING';
-  else if (typeof v === 'boolean') return 'BOOL';
-  else if (Number.isInteger(v) && /_id$/.test(k)) return 'U32';
-  throw new Error(`${k}: no GGUF type known for this tokenizer key`);
-}
-
 /** The GGUF spec of the tiny Qwen2-VL text model, given the tokenizer kv of a Qwen2 model. */
 export function qwen2vlTextSpec(tokenizerKv) {
   const { nEmbd, nFf, nHead, nHeadKv, nLayer, nCtx, ropeSections } = QWEN2VL_TEXT_HPARAMS;
@@ -296,15 +284,7 @@ export function qwen2vlTextSpec(tokenizerKv) {
   const kvDim = headDim * nHeadKv;
   const arch = 'qwen2vl';
   const kv = [
-    ['general.architecture', 'STRING', arch],
-    ['general.type', 'STRING', 'model'],
-    ['general.name', 'STRING', 'qwen2vl-tiny (random weights, test fixture)'],
-    ['general.file_type', 'U32', 1],
-    [`${arch}.context_length`, 'U32', nCtx],
-    [`${arch}.embedding_length`, 'U32', nEmbd],
-    [`${arch}.block_count`, 'U32', nLayer],
-    [`${arch}.feed_forward_length`, 'U32', nFf],
-    [`${arch}.attention.head_count`, 'U32', nHead],
+    ...textModelKv({ arch, name: 'qwen2vl-tiny (random weights, test fixture)', fileType: 1, nCtx, nEmbd, nLayer, nFf, nHead }),
     [`${arch}.attention.head_count_kv`, 'U32', nHeadKv],
     [`${arch}.attention.layer_norm_rms_epsilon`, 'F32', 1e-6],
     [`${arch}.rope.freq_base`, 'F32', 1000000],

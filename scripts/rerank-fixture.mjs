@@ -15,7 +15,7 @@
 // (rank): cls (tanh) then cls.output, over the first token's vector.
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { normals, seedOf } from './gguf-write.mjs';
+import { normals, seedOf, textModelKv, tokenizerKvType } from './gguf-write.mjs';
 
 const { readGgufHeader } = createRequire(import.meta.url)('./gguf-read.cjs');
 
@@ -53,15 +53,7 @@ export function bertRerankerSpec() {
   const tokens = rerankerVocab();
   const arch = 'bert';
   const kv = [
-    ['general.architecture', 'STRING', arch],
-    ['general.type', 'STRING', 'model'],
-    ['general.name', 'STRING', 'bert-reranker-tiny (random weights, test fixture)'],
-    ['general.file_type', 'U32', 0],
-    [`${arch}.context_length`, 'U32', nCtx],
-    [`${arch}.embedding_length`, 'U32', nEmbd],
-    [`${arch}.block_count`, 'U32', nLayer],
-    [`${arch}.feed_forward_length`, 'U32', nFf],
-    [`${arch}.attention.head_count`, 'U32', nHead],
+    ...textModelKv({ arch, name: 'bert-reranker-tiny (random weights, test fixture)', fileType: 0, nCtx, nEmbd, nLayer, nFf, nHead }),
     [`${arch}.attention.layer_norm_epsilon`, 'F32', eps],
     [`${arch}.attention.causal`, 'BOOL', false],
     [`${arch}.pooling_type`, 'U32', 4],
@@ -194,15 +186,7 @@ export function qwen3RerankerSpec(tokenizerKv) {
   const arch = 'qwen3';
   // (The source's own template, and its chat-template variants, are not this model's.)
   const kv = [
-    ['general.architecture', 'STRING', arch],
-    ['general.type', 'STRING', 'model'],
-    ['general.name', 'STRING', 'qwen3-reranker-tiny (random weights, test fixture)'],
-    ['general.file_type', 'U32', 0],
-    [`${arch}.context_length`, 'U32', nCtx],
-    [`${arch}.embedding_length`, 'U32', nEmbd],
-    [`${arch}.block_count`, 'U32', nLayer],
-    [`${arch}.feed_forward_length`, 'U32', nFf],
-    [`${arch}.attention.head_count`, 'U32', nHead],
+    ...textModelKv({ arch, name: 'qwen3-reranker-tiny (random weights, test fixture)', fileType: 0, nCtx, nEmbd, nLayer, nFf, nHead }),
     [`${arch}.attention.head_count_kv`, 'U32', nHeadKv],
     [`${arch}.attention.key_length`, 'U32', headDim],
     [`${arch}.attention.value_length`, 'U32', headDim],
@@ -212,10 +196,7 @@ export function qwen3RerankerSpec(tokenizerKv) {
     [`${arch}.classifier.output_labels`, ['ARRAY', 'STRING'], ['yes', 'no']],
   ];
   for (const k of Object.keys(tokenizerKv).sort()) {
-    if (k.startsWith('tokenizer.chat_template')) continue;
-    const v = tokenizerKv[k];
-    const type = Array.isArray(v) ? (k.endsWith('.token_type') ? ['ARRAY', 'I32'] : k.endsWith('.scores') ? ['ARRAY', 'F32'] : ['ARRAY', 'STRING']) : typeof v === 'string' ? 'STRING' : typeof v === 'boolean' ? 'BOOL' : 'U32';
-    kv.push([k, type, v]);
+    if (!k.startsWith('tokenizer.chat_template')) kv.push([k, tokenizerKvType(k, tokenizerKv[k]), tokenizerKv[k]]);
   }
   kv.push(['tokenizer.chat_template.rerank', 'STRING', QWEN3_RERANK_TEMPLATE]);
   const key = 'qwen3-reranker-tiny';
