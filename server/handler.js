@@ -14,6 +14,7 @@ const { Metrics } = require('./metrics.js')
 const { findRoute, protocolOf } = require('./protocols.js')
 const { ResponseStore } = require('./response-store.js')
 const { serverMedia } = require('./media.js')
+const { Sleep } = require('./sleep.js')
 const { templateOptions } = require('./util.js')
 const { systemFingerprint } = require('./llama.js')
 
@@ -104,44 +105,18 @@ function createCore(engineOrPromise, options) {
     : null
   let single = router ? null : new Lane(engineOrPromise, { maxQueue: opts.maxQueue, metrics })
   let closing = false
-  // llama-server's --sleep-idle-seconds: after sleepIdleMs without a
-  // request, the engine is disposed (its memory given back); /health,
-  // /props, /v1/models, /slots and /metrics answer from what it was
-  // (`is_sleeping: true`); any other request loads it again (reloadEngine)
-  // and is served once it is loaded.
-  const sleep = { ms: router ? 0 : opts.sleepIdleMs ?? 0, status: null, timer: null, waking: null, active: 0, lastScrape: null, metricsText: null }
-  const arm = () => {
-    if (sleep.ms <= 0 || closing || sleep.active > 0 || sleep.status || !single.engine) return
-    clearTimeout(sleep.timer)
-    sleep.timer = setTimeout(() => goSleep().catch(() => {}), sleep.ms)
-    sleep.timer.unref?.()
-  }
-  async function goSleep() {
-    if (sleep.active > 0 || sleep.status || closing || !single.engine) return
-    const old = single
-    const st = old.engine.status()
-    sleep.status = { ...st, disposed: false }
-    sleep.metricsText = sleep.lastScrape?.generations === metrics.generations ? sleep.lastScrape.text : null
-    // What the sleeping server answers read-only requests from.
-    const asleep = { status: () => sleep.status, loras: () => [], dispose: async () => {} }
-    single = new Lane(asleep, { maxQueue: opts.maxQueue, metrics })
-    single.loraScales = old.loraScales
-    single.adapters = old.adapters
-    await old.drain(0)
-    await old.engine.dispose().catch(() => {})
-  }
-  function wake() {
-    sleep.waking ??= (async () => {
-      const lane = new Lane(opts.reloadEngine(), { maxQueue: opts.maxQueue, metrics })
-      await lane.ready
-      if (lane.loadError) throw lane.loadError
-      lane.loraScales = single.loraScales
-      single = lane
-      sleep.status = null
-    })().finally(() => (sleep.waking = null))
-    return sleep.waking
-  }
-  if (single && sleep.ms > 0) single.ready.then(arm)
+  // llama-server's --sleep-idle-seconds (sleep.js).
+  const sleep = new Sleep({
+    ms: router ? 0 : opts.sleepIdleMs ?? 0,
+    reloadEngine: opts.reloadEngine,
+    maxQueue: opts.maxQueue,
+    metrics,
+    lane: () => single,
+    setLane: (lane) => (single = lane),
+    closing: () => closing,
+  })
+  /** A request under the server's defaults (serve's --temp, --reasoning…) and llama-server's date_string. */
+  const serverRequest = (request) => withTemplateDate(withDefaults(request, opts.requestDefaults))
   let shutdown = null
   const responses = new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes, file: opts.responsesFile })
 
@@ -204,7 +179,7 @@ function createCore(engineOrPromise, options) {
         slots: opts.slots !== false,
         /** Asleep (--sleep-idle-seconds): the engine is unloaded until a request wakes it. */
         get sleeping() {
-          return sleep.status !== null
+          return sleep.asleep
         },
         /** Every answer carries `__verbose` (serve --verbose), as llama-server's. */
         verbose: opts.verbose === true,
@@ -269,17 +244,17 @@ function createCore(engineOrPromise, options) {
         }
       },
       /** The request under the server's defaults (serve's --temp, --reasoning…). */
-      withDefaults: (request) => withTemplateDate(withDefaults(request, opts.requestDefaults)),
+      withDefaults: serverRequest,
       /** The text a request's prompt is (a chat's messages rendered as the engine renders them). */
       promptText(request) {
-        request = withTemplateDate(withDefaults(request, opts.requestDefaults))
+        request = serverRequest(request)
         if (Array.isArray(request.messages)) return lane.engine.applyChatTemplate(request.messages, templateOptions(request))
         if (typeof request.prompt === 'string') return request.prompt
         if (Array.isArray(request.prompt)) return request.prompt.map((x) => (typeof x === 'string' ? x : lane.engine.detokenize([x]))).join('')
         return ''
       },
       async generate(request, onEvent) {
-        request = textTokens(withTemplateDate(withDefaults(request, opts.requestDefaults)), lane.engine)
+        request = textTokens(serverRequest(request), lane.engine)
         request = await serverMedia(request, { allowRemote: opts.allowRemoteMedia === true, mediaPath: opts.mediaPath, signal: exchange.signal })
         return lane.generate(exchange, t0, lane.engineRequest(request, requested), onEvent)
       },
@@ -318,9 +293,10 @@ function createCore(engineOrPromise, options) {
         const headers = { 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', 'Process-Start-Time-Unix': String(started), ...cors }
         // Asleep: the last scrape taken after the last generation, as it
         // was (nothing has run since); else a scrape now.
-        if (sleep.status && sleep.metricsText) return exchange.send(200, headers, sleep.metricsText)
+        const frozen = sleep.metricsWhileAsleep()
+        if (frozen) return exchange.send(200, headers, frozen)
         const text = metrics.render(scrape())
-        if (!sleep.status) sleep.lastScrape = { text, generations: metrics.generations }
+        sleep.scraped(text)
         return exchange.send(200, headers, text)
       }
       if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
@@ -339,11 +315,9 @@ function createCore(engineOrPromise, options) {
         // llama-server's LLAMA_SERVER_DEBUG_FAKE_TIMING (its router's tests): the model stays busy 2 s more.
         if (FAKE_TIMING) await new Promise((r) => setTimeout(r, 2000))
       } else if (!router) {
-        if (sleep.ms > 0 && !READ_ONLY.has(key)) {
-          sleep.active++
+        if (sleep.wakes(key)) {
           woke = true
-          clearTimeout(sleep.timer)
-          if (sleep.status) await wake()
+          await sleep.enter()
           lane = single
         }
         if (single.loadError) throw single.loadError
@@ -382,10 +356,7 @@ function createCore(engineOrPromise, options) {
       exchange.send(e.status, headers, JSON.stringify(body), { close: e.close })
     } finally {
       if (held) router.release(held)
-      if (woke) {
-        sleep.active--
-        arm()
-      }
+      if (woke) sleep.leave()
       if (endpoint !== null) metrics.request(endpoint, status)
     }
   }
@@ -482,8 +453,6 @@ function textTokens(request, engine) {
 }
 
 const FAKE_TIMING = Boolean(process.env.LLAMA_SERVER_DEBUG_FAKE_TIMING)
-// What a sleeping server answers without loading its model again.
-const READ_ONLY = new Set(['GET /health', 'GET /v1/health', 'GET /props', 'GET /models', 'GET /v1/models', 'GET /slots', 'GET /metrics'])
 
 /** The router's own endpoints (llama.cpp's router mode names). */
 const ROUTER_ROUTES = new Set(['POST /models/load', 'POST /models/unload', 'POST /models/reload', 'GET /props'])
