@@ -24,44 +24,37 @@ function llamaCpp() {
 }
 
 /**
- * A result's `timings` as llama-server gives them over HTTP: `cache_n`
- * (prompt tokens reused), and the generation's rates over its tokens after
- * the first (which came from the prompt's last pass, at no decoding step of
- * its own): `predicted_per_second` is (n - 1) / predicted_ms, 0 for one
- * token. (The library's result keeps n / predicted_ms.)
+ * llama-server's `timings` from counts and times: the rates of the prompt
+ * over its tokens computed (cached ones apart), and of the generation over
+ * its tokens after the first (that one came from the prompt's last pass, at
+ * no decoding step of its own: one token has no rate).
  */
-function httpTimings(result) {
-  const t = result?.timings
-  if (!t) return t
-  const steps = Math.max(0, (t.predicted_n ?? 0) - 1)
-  const ms = t.predicted_ms ?? 0
+function llamaTimings({ cacheN = 0, promptN = 0, promptMs = 0, predictedN = 0, predictedMs = 0 }) {
+  const steps = Math.max(0, predictedN - 1)
   return {
-    ...t,
-    cache_n: result.tokens_cached ?? 0,
-    predicted_per_token_ms: steps > 0 ? ms / steps : 0,
-    predicted_per_second: steps > 0 && ms > 0 ? (steps * 1000) / ms : 0,
+    cache_n: cacheN,
+    prompt_n: promptN,
+    prompt_ms: promptMs,
+    prompt_per_token_ms: promptN > 0 ? promptMs / promptN : 0,
+    prompt_per_second: promptMs > 0 ? (promptN * 1000) / promptMs : 0,
+    predicted_n: predictedN,
+    predicted_ms: predictedMs,
+    predicted_per_token_ms: steps > 0 ? predictedMs / steps : 0,
+    predicted_per_second: steps > 0 && predictedMs > 0 ? (steps * 1000) / predictedMs : 0,
   }
 }
 
-/**
- * llama-server's `timings` on a prompt_progress chunk: the prompt so far
- * (its tokens computed, not cached, and their time), nothing generated yet.
- */
+/** A result's `timings` over HTTP (the library's result keeps its own: the generation's rate over n tokens). */
+function httpTimings(result) {
+  const t = result?.timings
+  if (!t) return t
+  return { ...t, ...llamaTimings({ cacheN: result.tokens_cached ?? 0, promptN: t.prompt_n, promptMs: t.prompt_ms, predictedN: t.predicted_n, predictedMs: t.predicted_ms }) }
+}
+
+/** The `timings` of a prompt_progress chunk: the prompt so far (no time before its first chunk is computed), nothing generated. */
 function progressTimings({ cache = 0, processed = 0, time_ms: time = 0 }) {
   const n = Math.max(0, processed - cache)
-  // Before the first chunk is computed, no time has gone into the prompt.
-  const ms = n > 0 ? time : 0
-  return {
-    cache_n: cache,
-    prompt_n: n,
-    prompt_ms: ms,
-    prompt_per_token_ms: n > 0 ? ms / n : 0,
-    prompt_per_second: ms > 0 ? (n * 1000) / ms : 0,
-    predicted_n: 0,
-    predicted_ms: 0,
-    predicted_per_token_ms: 0,
-    predicted_per_second: 0,
-  }
+  return llamaTimings({ cacheN: cache, promptN: n, promptMs: n > 0 ? time : 0 })
 }
 
 /**
@@ -381,6 +374,7 @@ async function rerank(ctx) {
 module.exports = {
   systemFingerprint,
   httpTimings,
+  llamaTimings,
   withVerbose,
   errorBody: openaiErrorBody,
   routes: {

@@ -10,7 +10,7 @@
 const { ApiError, invalid, openaiErrorBody } = require('./errors.js')
 const { performance } = require('node:perf_hooks')
 const { isObject, newId, passthrough, sourcedMessages, promptTokens } = require('./util.js')
-const { httpTimings } = require('./llama.js')
+const { httpTimings, llamaTimings } = require('./llama.js')
 
 // Engine fields this endpoint sets itself; the engine's others (top_k,
 // seed, stop, …) may be sent beside the Responses fields, as on the chat endpoint.
@@ -450,21 +450,13 @@ class ResponseEvents {
   #timings() {
     const now = performance.now()
     const p = this.#progress
-    const promptN = p ? Math.max(0, p.processed - p.cache) : 0
-    const promptMs = (this.#firstAt ?? now) - this.#t0
-    const predictedMs = this.#firstAt === null ? 0 : now - this.#firstAt
-    const steps = Math.max(0, this.#generated - 1)
-    return {
-      cache_n: p?.cache ?? 0,
-      prompt_n: promptN,
-      prompt_ms: promptMs,
-      prompt_per_token_ms: promptN > 0 ? promptMs / promptN : 0,
-      prompt_per_second: promptMs > 0 ? (promptN * 1000) / promptMs : 0,
-      predicted_n: this.#generated,
-      predicted_ms: predictedMs,
-      predicted_per_token_ms: steps > 0 ? predictedMs / steps : 0,
-      predicted_per_second: steps > 0 && predictedMs > 0 ? (steps * 1000) / predictedMs : 0,
-    }
+    return llamaTimings({
+      cacheN: p?.cache ?? 0,
+      promptN: p ? Math.max(0, p.processed - p.cache) : 0,
+      promptMs: (this.#firstAt ?? now) - this.#t0,
+      predictedN: this.#generated,
+      predictedMs: this.#firstAt === null ? 0 : now - this.#firstAt,
+    })
   }
 
   #emit(type, payload) {
