@@ -224,19 +224,19 @@ export interface EngineOptions {
 }
 
 /** What `embed()` takes besides its input. */
-export interface RerankOptions {
-  /** Only the best N results. Default: all. */
-  topN?: number
-  /** Each result with its document's text. */
-  returnDocuments?: boolean
+export interface RerankRequest {
+  query: string
+  documents: string[]
+  /** Only the best N. Default: all. */
+  top_n?: number
 }
 
-export interface RerankResult {
-  /** Best first (ties in the documents' order); `score` is the model's (a logit, or a probability for Qwen3-Reranker). */
-  results: { index: number; score: number; document?: string }[]
-  /** Tokens of every pair scored. */
-  tokens: number
-}
+/**
+ * Best first (ties in the documents' order); `relevance_score` is the
+ * model's (a logit, or a probability for Qwen3-Reranker). `tokens`: those
+ * of every pair scored (a property of the array, not an element).
+ */
+export type RerankResult = { index: number; relevance_score: number }[] & { readonly tokens: number }
 
 export interface EmbedOptions {
   /** Scale each vector to unit length (L2). Default true. */
@@ -861,7 +861,9 @@ export declare class LlamaEngine {
    * Scores each document against `query` with a reranker (a GGUF whose
    * pooling is rank: a BERT-style classifier or a Qwen3-Reranker, as
    * llama.cpp converts them), on the engine thread beside running
-   * requests. Each pair is made as llama.cpp's server makes it (the model's
+   * requests: `[{ index, relevance_score }]`, best first (ties in the
+   * documents' order), at most `top_n`; `tokens` on the array counts the
+   * tokens of every pair. Each pair is made as llama.cpp's server makes it (the model's
    * `tokenizer.chat_template.rerank` with `{query}` and `{document}`, else
    * BOS, query, EOS, SEP, document, EOS as the model adds them) and scored
    * alone, so a document's score does not depend on the others. A model
@@ -869,7 +871,7 @@ export declare class LlamaEngine {
    * that is not a string and a pair over `contextSize` tokens reject with
    * `INVALID_REQUEST` (naming `documents[i]`); `embed()` on a reranker too.
    */
-  rerank(query: string, documents: string[], options?: RerankOptions): Promise<RerankResult>
+  rerank(request: RerankRequest): Promise<RerankResult>
   /** Frees models and contexts now, not at GC. */
   dispose(): Promise<void>
 }

@@ -404,18 +404,17 @@ class LlamaEngine {
    * llama.cpp converts them), on the engine thread beside running
    * requests. Each pair is made as llama.cpp's server makes it (the
    * model's rerank template, else BOS query EOS SEP document EOS) and
-   * scored alone. Resolves with `{ results: [{ index, score, document? }],
-   * tokens }`: best first, at most `topN` (default all), `document` with
-   * `returnDocuments`; `tokens` those of every pair.
+   * scored alone. Resolves with `[{ index, relevance_score }]`, best first
+   * (ties in the documents' order), at most `top_n`; the array's `tokens`
+   * (not enumerable) counts the tokens of every pair.
    */
-  rerank(query, documents, options) {
+  rerank(request) {
     return this.#sessionJob(() => {
-      if (options != null && (typeof options !== 'object' || Array.isArray(options))) {
-        throw engineError('INVALID_REQUEST', 'options: expected { topN?, returnDocuments? }')
+      if (request === null || typeof request !== 'object' || Array.isArray(request)) {
+        throw engineError('INVALID_REQUEST', 'request: expected { query, documents, top_n? }')
       }
-      const topN = options?.topN
-      if (topN != null && !(Number.isInteger(topN) && topN >= 1)) throw engineError('INVALID_REQUEST', `topN: expected a positive integer, got ${JSON.stringify(topN)}`)
-      if (options?.returnDocuments != null && typeof options.returnDocuments !== 'boolean') throw engineError('INVALID_REQUEST', 'returnDocuments: expected true or false')
+      const { query, documents, top_n: topN } = request
+      if (topN != null && !(Number.isInteger(topN) && topN >= 0)) throw engineError('INVALID_REQUEST', `top_n: expected a non-negative integer, got ${JSON.stringify(topN)}`)
       let json
       try {
         json = JSON.stringify({ rerank: { query, documents } })
@@ -424,10 +423,11 @@ class LlamaEngine {
       }
       return (handle) => this.#native.embed(json, handle)
     }).then(({ embeddings, tokens }) => {
-      const results = embeddings
-        .map((b64, index) => ({ index, score: floats(b64)[0], ...(options?.returnDocuments ? { document: documents[index] } : {}) }))
-        .sort((a, b) => b.score - a.score || a.index - b.index)
-      return { results: options?.topN ? results.slice(0, options.topN) : results, tokens }
+      const ranked = embeddings
+        .map((b64, index) => ({ index, relevance_score: floats(b64)[0] }))
+        .sort((a, b) => b.relevance_score - a.relevance_score || a.index - b.index)
+        .slice(0, request.top_n ?? embeddings.length)
+      return Object.defineProperty(ranked, 'tokens', { value: tokens, enumerable: false })
     })
   }
 

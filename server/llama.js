@@ -360,14 +360,13 @@ async function rerank(ctx) {
   }
   const topN = body.top_n ?? documents.length
   if (!Number.isInteger(topN) || topN < 0) throw new ApiError(400, '"top_n" must be a non-negative integer', { param: 'top_n' })
-  const { results, tokens } = await ctx.engine.rerank(body.query, documents)
-  const top = results.slice(0, topN)
-  if (tei) return ctx.json(200, top.map((r) => ({ index: r.index, score: r.score, ...(body.return_text === true ? { text: documents[r.index] } : {}) })))
+  const ranked = await ctx.engine.rerank({ query: body.query, documents, top_n: topN })
+  if (tei) return ctx.json(200, ranked.map((r) => ({ index: r.index, score: r.relevance_score, ...(body.return_text === true ? { text: documents[r.index] } : {}) })))
   ctx.json(200, {
     model: typeof body.model === 'string' ? body.model : ctx.modelName(),
     object: 'list',
-    usage: { prompt_tokens: tokens, total_tokens: tokens },
-    results: top.map((r) => ({ index: r.index, relevance_score: r.score, ...(body.return_documents === true ? { document: { text: documents[r.index] } } : {}) })),
+    usage: { prompt_tokens: ranked.tokens, total_tokens: ranked.tokens },
+    results: ranked.map((r) => ({ ...r, ...(body.return_documents === true ? { document: { text: documents[r.index] } } : {}) })),
   })
 }
 
