@@ -893,11 +893,15 @@ export interface ResolveProgress {
 
 /**
  * The local path of a model: a path as it is; `hf:OWNER/REPO:QUANT` (the
- * repository's .gguf whose name contains QUANT, case-insensitive, default
- * `Q4_K_M`; every part of a split GGUF, the first returned),
+ * repository's .gguf whose name contains QUANT, case-insensitive; without
+ * QUANT, as llama.cpp picks: Q4_K_M, else Q8_0, else the first model file;
+ * every part of a split GGUF, the first returned),
  * `hf:OWNER/REPO/FILE.gguf`, or an `https://` URL, downloaded if needed into
- * Hugging Face's hub cache (`HF_HUB_CACHE`, else `HF_HOME/hub`, else
- * `~/.cache/huggingface/hub`; `HF_ENDPOINT`, `HF_TOKEN` honoured), resumed
+ * Hugging Face's hub cache, found as llama.cpp finds it so its `-hf`
+ * downloads are shared (`LLAMA_CACHE`, else `HF_HUB_CACHE`, else
+ * `HUGGINGFACE_HUB_CACHE`, else `HF_HOME/hub`, else
+ * `XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`;
+ * `HF_ENDPOINT`, `HF_TOKEN` honoured), resumed
  * after a cut and checked against the repository's sha256. Rejects with
  * `MODEL_LOAD_FAILED` saying which repository or file and why (an aborted
  * download: `name` `AbortError`).
