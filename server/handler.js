@@ -17,6 +17,7 @@ const { serverMedia } = require('./media.js')
 const { Sleep } = require('./sleep.js')
 const { templateOptions } = require('./util.js')
 const { systemFingerprint } = require('./llama.js')
+const { StreamSessions, STREAM_ROUTES } = require('./streams.js')
 
 const DEFAULTS = {
   apiKey: undefined,
@@ -85,8 +86,8 @@ const LIST_SLICE = 1 << 15
 
 const sseHeaders = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' }
 
-/** Routes that read no engine: the Responses API's kept responses. */
-const STORE_ROUTES = new Set(['GET /v1/responses/:id', 'DELETE /v1/responses/:id', 'GET /v1/responses/:id/input_items'])
+/** Routes that read no engine and pick no model: the Responses API's kept responses, the resumable streams. */
+const NO_ENGINE_ROUTES = new Set(['GET /v1/responses/:id', 'DELETE /v1/responses/:id', 'GET /v1/responses/:id/input_items', ...STREAM_ROUTES])
 
 /**
  * The core over one engine (or a promise of one: until it resolves,
@@ -119,6 +120,8 @@ function createCore(engineOrPromise, options) {
   const serverRequest = (request) => withTemplateDate(withDefaults(request, opts.requestDefaults))
   let shutdown = null
   const responses = new ResponseStore({ max: opts.responsesMax, maxBytes: opts.responsesMaxBytes, file: opts.responsesFile })
+  // Generations under an X-Conversation-Id (streams.js).
+  const streams = new StreamSessions()
 
   /** What /metrics reads: each loaded engine's status and queue, and the requests waiting for a model to load. */
   const scrape = () => {
@@ -151,6 +154,9 @@ function createCore(engineOrPromise, options) {
     const key = `${exchange.method} ${exchange.path}`
     const found = findRoute(exchange.method, exchange.path)
     const route = found.route
+    // A generation under an X-Conversation-Id: kept in a session, resumable (streams.js).
+    const conversation = route?.generation && exchange.method === 'POST' ? exchange.header('x-conversation-id') : undefined
+    if (conversation) exchange = streams.tee(conversation, exchange)
     const own = router && ROUTER_ROUTES.has(key)
     const known = found.known || OWN_PATHS.has(exchange.path) || own
     // Metrics name a route with parameters by its pattern, never by the id.
@@ -164,6 +170,8 @@ function createCore(engineOrPromise, options) {
     let lane = single
     let held = null
     let woke = false
+    // Waiting for the router to load the model.
+    let acquiring = false
     // The model the request names (the router's pick; an adapter's name picks the adapter).
     let requested
     const ctx = {
@@ -172,9 +180,13 @@ function createCore(engineOrPromise, options) {
       paramOf: undefined,
       onStreamError: null,
       modelName: () => requested ?? opts.modelName ?? lane?.engine?.status().model ?? 'unknown',
+      /** Aborts when the client goes away (or, for a generation under an X-Conversation-Id, on its stop). */
+      signal: exchange.signal,
       server: {
         /** The Responses API's kept responses (`store`). */
         responses,
+        /** The resumable streams (X-Conversation-Id). */
+        streams,
         /** GET /slots answers (llama-server's --no-slots: 501). */
         slots: opts.slots !== false,
         /** Asleep (--sleep-idle-seconds): the engine is unloaded until a request wakes it. */
@@ -211,6 +223,15 @@ function createCore(engineOrPromise, options) {
       bodyValue: readValue,
       json(status, body, headers = {}) {
         exchange.send(status, { 'Content-Type': 'application/json; charset=utf-8', ...cors, ...headers }, JSON.stringify(body))
+      },
+      /** An answer as it is (a 204). */
+      send(status, headers, text) {
+        exchange.send(status, { ...cors, ...headers }, text)
+      },
+      /** A streamed answer of raw text or bytes: `{ write(chunk), end() }`. */
+      stream(status, headers) {
+        exchange.open(status, { ...cors, ...headers })
+        return { write: (chunk) => exchange.write(chunk), end: () => exchange.end() }
       },
       /**
        * `{ "<key>": [...items] }`, written a slice at a time with the event
@@ -302,7 +323,7 @@ function createCore(engineOrPromise, options) {
       if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
       if (own && !(key === 'GET /props' && ctx.query.get('model'))) return await routerRoute(key, ctx, router, opts)
       if (router && (key === 'GET /v1/models' || key === 'GET /models') && /^(1|true)$/.test(ctx.query.get('reload') ?? '')) await reloadModels(router, opts)
-      if (router && !STORE_ROUTES.has(`${exchange.method} ${found.pattern}`) && !(key === 'GET /v1/models' || key === 'GET /models')) {
+      if (router && !NO_ENGINE_ROUTES.has(`${exchange.method} ${found.pattern}`) && !(key === 'GET /v1/models' || key === 'GET /models')) {
         // The model: the body's `model` (POST), else ?model=.
         let name = ctx.query.get('model') ?? undefined
         if (exchange.method === 'POST') {
@@ -311,10 +332,15 @@ function createCore(engineOrPromise, options) {
         }
         requested = router.resolve(name)
         const autoload = ctx.query.get('autoload')
+        // A resume while the model loads is answered "retry later".
+        acquiring = true
+        if (exchange.session) exchange.session.loading = true
         held = lane = await router.acquire(requested, exchange.signal, autoload === null ? {} : { autoload: /^(1|true)$/.test(autoload) })
+        acquiring = false
+        if (exchange.session) exchange.session.loading = false
         // llama-server's LLAMA_SERVER_DEBUG_FAKE_TIMING (its router's tests): the model stays busy 2 s more.
         if (FAKE_TIMING) await new Promise((r) => setTimeout(r, 2000))
-      } else if (!router) {
+      } else if (!router && !NO_ENGINE_ROUTES.has(`${exchange.method} ${found.pattern}`)) {
         if (sleep.wakes(key)) {
           woke = true
           await sleep.enter()
@@ -322,7 +348,7 @@ function createCore(engineOrPromise, options) {
         }
         if (single.loadError) throw single.loadError
         if (!single.engine) throw new ApiError(503, 'the model is still loading', { code: 'LOADING', type: 'server_error' })
-        if (exchange.method === 'POST' && route && !STORE_ROUTES.has(`${exchange.method} ${found.pattern}`)) {
+        if (exchange.method === 'POST' && route && !NO_ENGINE_ROUTES.has(`${exchange.method} ${found.pattern}`)) {
           // `model` naming an adapter answers with that name (and runs that adapter).
           const value = await readValue().catch(() => null)
           if (value && typeof value === 'object' && lane.isAdapter(value.model)) requested = value.model
@@ -338,6 +364,12 @@ function createCore(engineOrPromise, options) {
         try {
           opts.onError(e, { method: exchange.method, path: exchange.path, status: e.status, streaming: exchange.headersSent })
         } catch {}
+      }
+      if (exchange.session) exchange.session.loading = false
+      if (exchange.session?.cancelled && !exchange.headersSent) {
+        // Stopped (DELETE /v1/stream) before its answer began: the client, if still there, hears why.
+        const stopped = new ApiError(400, `request cancelled by a stop${acquiring ? ' while the model was loading' : ''}`, { code: 'CANCELLED' })
+        return exchange.send(400, { 'Content-Type': 'application/json; charset=utf-8', ...cors, 'x-should-retry': 'false' }, JSON.stringify(protocol.errorBody(stopped)))
       }
       if (e.status === 499 || exchange.finished) return // the client left: nobody to answer
       if (exchange.headersSent) {
@@ -355,6 +387,7 @@ function createCore(engineOrPromise, options) {
       if (e.status < 500 && e.status !== 408 && e.status !== 429) headers['x-should-retry'] = 'false'
       exchange.send(e.status, headers, JSON.stringify(body), { close: e.close })
     } finally {
+      exchange.settle?.()
       if (held) router.release(held)
       if (woke) sleep.leave()
       if (endpoint !== null) metrics.request(endpoint, status)
@@ -375,6 +408,7 @@ function createCore(engineOrPromise, options) {
       else await single.drain(graceMs)
       // What the Responses API keeps, on disk before the process may end.
       await responses.close().catch(() => {})
+      streams.close()
     })()
     return shutdown
   }

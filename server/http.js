@@ -194,7 +194,7 @@ function fetchExchange(request, limits) {
       respond(new Response(body, { status, headers }))
     },
     write(text) {
-      if (!finished && controller) controller.enqueue(encoder.encode(text))
+      if (!finished && controller) controller.enqueue(typeof text === 'string' ? encoder.encode(text) : new Uint8Array(text))
     },
     end() {
       if (finished) return

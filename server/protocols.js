@@ -47,6 +47,7 @@ const PROTOCOLS = [
   require('./responses.js'),
   require('./embeddings.js'),
   require('./anthropic.js'),
+  require('./streams.js'),
 ]
 
 /** The handler of a generation route: the skeleton every API's generations run. */
@@ -81,7 +82,7 @@ const ROUTES = new Map()
 const PATTERNS = []
 for (const protocol of PROTOCOLS) {
   for (const [key, route] of Object.entries(protocol.routes)) {
-    const entry = { run: typeof route === 'function' ? route : generation(route), protocol }
+    const entry = { run: typeof route === 'function' ? route : generation(route), protocol, generation: typeof route !== 'function' }
     const [method, path] = key.split(' ')
     if (!path.includes('/:')) {
       ROUTES.set(key, entry)
