@@ -104,6 +104,31 @@ test("llama-server's inputs: ids with strings among them, { prompt_string }, { c
   else expect([empty.status, empty.body.error.param]).toEqual([400, 'input'])
 })
 
+test("llama-server's /embeddings and /embedding: [{ index, embedding: [vector] }]; embd_normalize as llama.cpp normalizes", async () => {
+  const raw = (await engine.embed([SENTENCE, PARAPHRASE], { normalize: false })).embeddings
+  const unit = (await engine.embed([SENTENCE, PARAPHRASE])).embeddings
+  for (const route of ['/embeddings', '/embedding']) {
+    const res = await fetch(base + route, { method: 'POST', body: JSON.stringify({ input: [SENTENCE, PARAPHRASE] }) })
+    const body = await res.json()
+    expect(body.map((e) => e.index)).toEqual([0, 1])
+    expect(body[1].embedding).toEqual([Array.from(unit[1])])
+  }
+  // `content` instead of `input` on /v1/embeddings: llama-server's shape too.
+  const content = await (await fetch(`${base}/v1/embeddings`, { method: 'POST', body: JSON.stringify({ content: SENTENCE }) })).json()
+  expect(content).toEqual([{ index: 0, embedding: [Array.from(unit[0])] }])
+  const with_ = async (p) => (await (await fetch(`${base}/embeddings`, { method: 'POST', body: JSON.stringify({ input: SENTENCE, embd_normalize: p }) })).json())[0].embedding[0]
+  expect(await with_(-1)).toEqual(Array.from(raw[0]))
+  expect(await with_(2)).toEqual(Array.from(unit[0]))
+  const max = Math.max(...raw[0].map(Math.abs))
+  expect(Math.max(...(await with_(0)).map(Math.abs))).toBeCloseTo(32760, 1)
+  const taxicab = await with_(1)
+  expect(taxicab.reduce((s, x) => s + Math.abs(x), 0)).toBeCloseTo(1, 4)
+  expect(taxicab[0]).toBeCloseTo(raw[0][0] / raw[0].reduce((s, x) => s + Math.abs(x), 0), 6)
+  expect(max).toBeGreaterThan(0)
+  const bad = await fetch(`${base}/embeddings`, { method: 'POST', body: JSON.stringify({ input: SENTENCE, embd_normalize: 'l2' }) })
+  expect([bad.status, (await bad.json()).error.param]).toEqual([400, 'embd_normalize'])
+})
+
 test("the AI SDK's embed and embedMany", async () => {
   const { embed, embedMany } = require('ai')
   const openai = require('@ai-sdk/openai').createOpenAI({ baseURL: `${base}/v1`, apiKey: 'unused' })

@@ -634,6 +634,44 @@ describe('through the server', () => {
     expect(props.modalities).toEqual({ vision: true, audio: false })
   })
 
+  test("embeddings of text with an image, as llama-server takes them: { prompt_string, multimodal_data } and OpenAI content parts; a file per marker, bad bytes refused", async () => {
+    const b64 = images[1].bytes.toString('base64')
+    const post = async (route, body) => {
+      const res = await fetch(base + route, { method: 'POST', body: JSON.stringify(body) })
+      return { status: res.status, body: await res.json() }
+    }
+    const direct = await engine.embed([
+      [{ type: 'text', text: 'What is this: ' }, { type: 'image', data: images[1].bytes }, { type: 'text', text: '\n' }],
+      'What is this: \n',
+    ])
+    const bits = (v) => Buffer.from(Float32Array.from(v).buffer).toString('hex')
+    // llama-server's /embeddings: [{ index, embedding: [vector] }], the content the prompt objects.
+    const native = await post('/embeddings', {
+      content: [{ prompt_string: 'What is this: <__media__>\n', multimodal_data: [b64] }, { prompt_string: 'What is this: \n' }],
+    })
+    expect(native.status).toBe(200)
+    expect(native.body.map((e) => e.index)).toEqual([0, 1])
+    expect(bits(native.body[0].embedding[0])).toBe(bits(direct.embeddings[0]))
+    expect(bits(native.body[1].embedding[0])).toBe(bits(direct.embeddings[1]))
+    // OpenAI's content parts on /v1/embeddings: the same bits.
+    const oai = await post('/v1/embeddings', {
+      input: [{ content: [{ type: 'text', text: 'What is this: ' }, { type: 'image_url', image_url: { url: dataUrl() } }, { type: 'text', text: '\n' }] }],
+      encoding_format: 'float',
+    })
+    expect(oai.status).toBe(200)
+    expect(bits(oai.body.data[0].embedding)).toBe(bits(direct.embeddings[0]))
+    // One file per marker; bytes that are no image (or no base64) refused.
+    for (const [entry, param] of [
+      [{ prompt_string: 'What is this:\n', multimodal_data: ['base64'] }, 'input.multimodal_data'],
+      [{ prompt_string: 'What is this: <__media__>\n', multimodal_data: ['malformed'] }, /^input/],
+      [{ prompt_string: 'A <__media__> B', multimodal_data: [Buffer.from('not an image at all').toString('base64')] }, /^input/],
+    ]) {
+      const res = await post('/embeddings', { content: entry })
+      expect(res.status).toBe(400)
+      expect(res.body.error.param ?? res.body.error.message).toMatch(param)
+    }
+  })
+
   test('OpenAI Chat image_url (a data: URL) with the openai client', async () => {
     const OpenAI = require('openai')
     const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'x', maxRetries: 0 })

@@ -4,10 +4,52 @@
 
 const { invalid, openaiErrorBody } = require('./errors.js')
 
+const MEDIA_MARKER = '<__media__>'
+
+const MEDIA_TYPES = ['image_url', 'input_image', 'image', 'input_audio', 'audio']
+
+/** Refuses media (`kind`: image, audio or any) for a model without a projector that reads them. */
+function readsMedia(engine, kind, where) {
+  const media = engine.status().media
+  const ok = kind === 'any' ? media?.vision || media?.audio : kind === 'audio' ? media?.audio : media?.vision
+  if (!ok) throw invalid(where, `this model reads no ${kind === 'audio' ? 'audio' : kind === 'any' ? 'images or audio' : 'images'} (the server needs a projector that does: --mmproj)`)
+}
+
+/** A media file's part as the engine takes it: audio by its header (WAV, MP3, FLAC, OGG), else an image. */
+function mediaPart(data, where) {
+  if (typeof data !== 'string' || data === '') throw invalid(where, 'expected a file\'s bytes in base64')
+  const payload = data.startsWith('data:') ? data.slice(data.indexOf(',') + 1) : data
+  const head = Buffer.from(payload.slice(0, 16), 'base64').toString('latin1')
+  const audio = /^(RIFF....WAVE|ID3|fLaC|OggS)/s.test(head) || /^\xff[\xf2-\xfb]/.test(head)
+  return audio ? { type: 'audio', data } : { type: 'image', data }
+}
+
+/**
+ * llama-server's multimodal prompt, `{ prompt_string, multimodal_data:
+ * [base64, ...] }`: one file per `<__media__>` marker of the text, in
+ * order; as content parts.
+ */
+function multimodalPrompt(p, where, engine) {
+  const files = p.multimodal_data
+  if (!Array.isArray(files)) throw invalid(`${where}.multimodal_data`, 'expected an array of files in base64')
+  if (files.length > 0) readsMedia(engine, 'any', `${where}.multimodal_data`)
+  const pieces = p.prompt_string.split(MEDIA_MARKER)
+  if (pieces.length - 1 !== files.length) {
+    throw invalid(`${where}.multimodal_data`, `${files.length} file(s) for ${pieces.length - 1} ${MEDIA_MARKER} marker(s) in prompt_string: one file per marker`)
+  }
+  const parts = []
+  pieces.forEach((text, i) => {
+    if (text !== '') parts.push({ type: 'text', text })
+    if (i < files.length) parts.push(mediaPart(files[i], `${where}.multimodal_data[${i}]`))
+  })
+  return parts
+}
+
 /**
  * One input as llama-server reads a prompt: a string; token ids, strings
- * among them tokenized in place; `{ prompt_string }`; or `{ content: [{
- * type: 'text', text }] }` (the texts joined). A string, or token ids.
+ * among them tokenized in place; `{ prompt_string, multimodal_data? }`; or
+ * `{ content: [...parts] }` (text, `image_url`, `input_audio`, as a chat
+ * message's). A string, token ids, or content parts (an array of objects).
  */
 function onePrompt(p, where, engine) {
   if (typeof p === 'string') return p
@@ -18,13 +60,18 @@ function onePrompt(p, where, engine) {
     return p.flatMap((x) => (typeof x === 'string' ? engine.tokenize(x, { addBos: false, special: true }) : [x]))
   }
   if (p !== null && typeof p === 'object') {
-    if (typeof p.prompt_string === 'string') return p.prompt_string
+    if (typeof p.prompt_string === 'string') return p.multimodal_data == null ? p.prompt_string : multimodalPrompt(p, where, engine)
     if (Array.isArray(p.content)) {
-      const bad = p.content.findIndex((part) => part === null || typeof part !== 'object' || part.type !== 'text' || typeof part.text !== 'string')
-      if (bad >= 0) throw invalid(`${where}.content[${bad}]`, 'expected { type: "text", text } (this endpoint embeds text)')
-      return p.content.map((part) => part.text).join('')
+      if (p.content.length === 0) throw invalid(`${where}.content`, 'cannot be empty')
+      p.content.forEach((part, i) => {
+        const type = part !== null && typeof part === 'object' ? part.type : undefined
+        if (type === 'text' && typeof part.text === 'string') return
+        if (!MEDIA_TYPES.includes(type)) throw invalid(`${where}.content[${i}]`, 'expected a content part: { type: "text", text }, { type: "image_url", image_url } or { type: "input_audio", input_audio }')
+        readsMedia(engine, type === 'input_audio' || type === 'audio' ? 'audio' : 'image', `${where}.content[${i}]`)
+      })
+      return p.content
     }
-    throw invalid(where, 'expected { prompt_string } or { content: [{ type: "text", text }] }')
+    throw invalid(where, 'expected { prompt_string, multimodal_data? } or { content: [...parts] }')
   }
   throw invalid(where, 'expected a string, token ids, { prompt_string } or { content: [...] }')
 }
@@ -34,6 +81,8 @@ function onePrompt(p, where, engine) {
  * arrays or objects), as llama-server takes them; strings, or token ids
  * for all when any is ids. An empty string embeds the model's BOS alone.
  */
+const isParts = (p) => Array.isArray(p) && p.length > 0 && typeof p[0] === 'object'
+
 function inputOf(input, engine) {
   const isEmpty = (p) => p === '' || (Array.isArray(p) && p.length === 0)
   if (input === '') {
@@ -52,7 +101,7 @@ function inputOf(input, engine) {
   const prompts = input.map((p, i) => onePrompt(p, `input[${i}]`, engine))
   const empty = prompts.findIndex(isEmpty)
   if (empty >= 0) throw invalid(`input[${empty}]`, 'cannot be empty')
-  if (prompts.every((p) => typeof p === 'string')) return prompts
+  if (prompts.every((p) => typeof p === 'string' || isParts(p))) return prompts
   return prompts.map((p) => (typeof p === 'string' ? engine.tokenize(p, { addBos: true }) : p))
 }
 
@@ -80,9 +129,36 @@ function base64(vector) {
   return bytes.toString('base64')
 }
 
-async function embeddings(ctx) {
+/**
+ * llama.cpp's `embd_normalize`: -1 none, 0 the largest magnitude scaled to
+ * int16's range, 1 taxicab, 2 Euclidean (the engine's own), p > 2 the p-norm.
+ */
+function normalized(vector, p) {
+  let sum = 0
+  if (p === -1) sum = 1
+  else if (p === 0) {
+    for (const x of vector) sum = Math.max(sum, Math.abs(x))
+    sum /= 32760
+  } else {
+    for (const x of vector) sum += Math.abs(x) ** p
+    sum **= 1 / p
+  }
+  const norm = sum > 0 ? 1 / sum : 0
+  return Float32Array.from(vector, (x) => x * norm)
+}
+
+/**
+ * POST /v1/embeddings (OpenAI's), and llama-server's POST /embeddings and
+ * /embedding (`native`): `[{ index, embedding: [vector] }]`, as is a
+ * /v1/embeddings body with `content` instead of `input`.
+ */
+async function embeddings(ctx, native) {
   const body = await ctx.body()
-  if (body.input === undefined && body.content !== undefined) body.input = body.content // llama.cpp's /embedding
+  if (body.input === undefined && body.content !== undefined) {
+    body.input = body.content
+    native = true
+  }
+  if (body.input === undefined) throw invalid('input', 'required ("input" or "content")')
   const input = inputOf(body.input, ctx.engine)
   const format = body.encoding_format ?? 'float'
   if (format !== 'float' && format !== 'base64') throw invalid('encoding_format', `expected "float" or "base64", got ${JSON.stringify(format)}`)
@@ -90,23 +166,31 @@ async function embeddings(ctx) {
   for (const name of ['normalize', 'truncate']) {
     if (body[name] != null && typeof body[name] !== 'boolean') throw invalid(name, 'expected a boolean')
   }
-  const normalize = body.normalize ?? true
+  const p = body.embd_normalize
+  if (p != null && !(Number.isInteger(p) && p >= -1)) throw invalid('embd_normalize', 'expected -1 (none), 0 (max absolute), 1 (taxicab), 2 (Euclidean) or a p-norm > 2')
+  // embd_normalize other than 2 is applied here, to the vectors as the engine computed them.
+  const own = p != null && p !== 2
+  const normalize = own ? false : p === 2 ? true : body.normalize ?? true
   const result = await ctx.embed(input, { normalize, truncate: body.truncate ?? false })
-  const size = result.embeddings[0]?.length ?? 0
+  const vectors = own ? result.embeddings.map((v) => normalized(v, p)) : result.embeddings
+  const size = vectors[0]?.length ?? 0
   if (body.dimensions != null && body.dimensions > size) {
     throw invalid('dimensions', `this model's embeddings have ${size} dimensions; ask for at most that many`)
   }
-  const data = result.embeddings.map((vector, index) => {
+  const shaped = vectors.map((vector) => {
     const v = body.dimensions != null ? shorten(vector, body.dimensions, normalize) : vector
-    return { object: 'embedding', index, embedding: format === 'base64' ? base64(v) : Array.from(v) }
+    return format === 'base64' ? base64(v) : Array.from(v)
   })
+  if (native) return ctx.json(200, shaped.map((embedding, index) => ({ index, embedding: [embedding] })))
+  const data = shaped.map((embedding, index) => ({ object: 'embedding', index, embedding }))
   ctx.json(200, { object: 'list', model: ctx.modelName(), data, usage: { prompt_tokens: result.tokens, total_tokens: result.tokens } })
 }
 
 module.exports = {
   errorBody: openaiErrorBody,
   routes: {
-    'POST /v1/embeddings': embeddings,
-    'POST /embeddings': embeddings,
+    'POST /v1/embeddings': (ctx) => embeddings(ctx, false),
+    'POST /embeddings': (ctx) => embeddings(ctx, true),
+    'POST /embedding': (ctx) => embeddings(ctx, true),
   },
 }
