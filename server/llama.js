@@ -190,6 +190,16 @@ function stopType(r) {
 }
 
 /**
+ * `generation_settings` as llama-server shows them: `logit_bias` as `[{
+ * bias, token }]`, a banned token's bias null (-inf: the end-of-generation
+ * tokens `ignore_eos` bans among them).
+ */
+function llamaSettings(settings) {
+  if (!settings || !Array.isArray(settings.logit_bias)) return settings
+  return { ...settings, logit_bias: settings.logit_bias.map(([token, bias]) => ({ bias: typeof bias === 'number' ? bias : null, token })) }
+}
+
+/**
  * A result as llama-server answers /completion: the engine's result, and
  * `tokens` (the ids, with `return_tokens`; else []), `has_new_line`,
  * `stop_type`, `completion_probabilities` in its shape (logprobs, or probs
@@ -203,6 +213,7 @@ function llamaResult(result, turn) {
   if (spec && spec.n_drafted > 0) Object.assign(timings, { draft_n: spec.n_drafted, draft_n_accepted: spec.n_accepted })
   const answer = {
     ...result,
+    generation_settings: llamaSettings(result.generation_settings),
     tokens: turn.returnTokens ? turn.ids : [],
     has_new_line: (result.content ?? '').includes('\n'),
     stop_type: stopType(result),

@@ -14,6 +14,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use serde_json::{json, Value};
 
+use super::model::ModelInfo;
 use super::sampler::{TokenSampler, DEAD_END};
 use super::shared::{Job, SessionJob};
 use llama_engine_core::cache::prompt_cache::reusable;
@@ -641,7 +642,7 @@ impl<'m> Request<'m> {
     /// reason that does not flush it, the result goes to the sink after the
     /// last event. Returns the draft model's controller, to keep for the
     /// next request with the same settings.
-    pub fn finish(mut self: Box<Self>, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> Vec<KeptController> {
+    pub fn finish(mut self: Box<Self>, stop: Stop, info: &ModelInfo, batch_invariant: bool) -> Vec<KeptController> {
         if matches!(stop, Stop::Abort | Stop::Failed) || (stop == Stop::Limit && (self.text.held_bytes() > 0 || self.output.is_some())) {
             let mut delta = Delta::default();
             self.flush(&mut delta);
@@ -668,7 +669,7 @@ impl<'m> Request<'m> {
             self.sink.finish(Err(e));
             return Vec::new();
         }
-        let result = self.result(stop, model_name, n_ctx, batch_invariant);
+        let result = self.result(stop, info, batch_invariant);
         let spec = &self.req.speculative;
         let key = (spec.n_max, spec.adaptive, self.sampler.is_greedy());
         let kept = DRAFTERS
@@ -686,7 +687,8 @@ impl<'m> Request<'m> {
         self.sink.finish(Err(e.clone()));
     }
 
-    fn result(&mut self, stop: Stop, model_name: &str, n_ctx: u32, batch_invariant: bool) -> CompletionResult {
+    fn result(&mut self, stop: Stop, info: &ModelInfo, batch_invariant: bool) -> CompletionResult {
+        let (model_name, n_ctx) = (info.name.as_str(), info.n_ctx);
         let mut stats = SpeculativeStats {
             mode: self.req.speculative.mode.as_str().into(),
             target_passes: self.passes,
@@ -722,7 +724,7 @@ impl<'m> Request<'m> {
             stopped_limit: stop == Stop::Limit,
             stopped_abort: stop == Stop::Abort,
             stopping_word: self.text.stopped().unwrap_or_default().to_string(),
-            generation_settings: self.req.generation_settings(n_ctx, model_name),
+            generation_settings: self.req.generation_settings(n_ctx, model_name, &info.eog),
             timings: Timings::new(self.prompt.tokens.len().saturating_sub(self.tokens_cached), prompt_ms, self.n_gen, predicted_ms)
                 .with_media(self.prompt.media.len(), self.media_encode_ms, self.media_decode_ms),
             speculative: stats,

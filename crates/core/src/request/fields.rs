@@ -364,7 +364,7 @@ mod tests {
     fn documented_defaults_are_the_parsers() {
         let limits = RequestLimits { n_vocab: 100, n_ctx: 512 };
         let r = parse_request(&json!({ "prompt": "x" }), &limits).unwrap();
-        let settings = r.generation_settings(512, "m");
+        let settings = r.generation_settings(512, "m", &[]);
         let mut checked = 0;
         for (list, at) in [(REQUEST_FIELDS, &settings), (SPECULATIVE_FIELDS, &settings["speculative"])] {
             for f in list {

@@ -243,11 +243,20 @@ impl CompletionRequest {
     }
 
     /// The `generation_settings` object of the legacy final response.
-    pub fn generation_settings(&self, n_ctx: u32, model: &str) -> Value {
+    /// `eog`: the model's end-of-generation tokens, which `ignore_eos`
+    /// bans (shown among the biases as never sampled, as llama-server
+    /// shows them).
+    pub fn generation_settings(&self, n_ctx: u32, model: &str, eog: &[i32]) -> Value {
         let s = &self.sampling;
         let spec = &self.speculative;
-        let logit_bias: Vec<Value> =
-            s.logit_bias.iter().map(|&(id, bias)| Value::from(vec![id.into(), bias.map_or(Value::Bool(false), f32_json)])).collect();
+        let banned = eog.iter().filter(|_| self.ignore_eos).map(|&id| (id, None));
+        let logit_bias: Vec<Value> = s
+            .logit_bias
+            .iter()
+            .copied()
+            .chain(banned)
+            .map(|(id, bias)| Value::from(vec![id.into(), bias.map_or(Value::Bool(false), f32_json)]))
+            .collect();
         let json_schema = self.json_schema.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or(Value::Null);
         let mut speculative = object([
             ("mode", spec.mode.as_str().into()),

@@ -403,7 +403,7 @@ fn generation_settings_shape() {
         "logit_bias": [[3, 0.5], [4, false]], "n_probs": 2, "json_schema": { "type": "string" },
         "speculative": { "mode": "ngram", "p_min": 0.6 },
     }));
-    let gs = r.generation_settings(2048, "model.gguf");
+    let gs = r.generation_settings(2048, "model.gguf", &[2]);
     assert_eq!(gs["n_ctx"], 2048);
     assert_eq!(gs["model"], "model.gguf");
     assert_eq!(gs["seed"], 7);
@@ -425,6 +425,9 @@ fn generation_settings_shape() {
     assert_eq!(gs["n_keep"], 0);
     assert_eq!(gs["ignore_eos"], false);
     assert_eq!(gs["logit_bias"], json!([[3, 0.5], [4, false]]));
+    // ignore_eos bans the end-of-generation tokens: shown after the request's own biases.
+    let ignoring = ok(json!({ "prompt": "x", "logit_bias": [[3, 0.5]], "ignore_eos": true }));
+    assert_eq!(ignoring.generation_settings(1, "m", &[2, 7])["logit_bias"], json!([[3, 0.5], [2, false], [7, false]]));
     assert_eq!(gs["n_probs"], 2);
     assert_eq!(gs["grammar"], "");
     assert_eq!(gs["json_schema"], json!({ "type": "string" }));
@@ -443,7 +446,7 @@ fn generation_settings_shape() {
     assert_eq!(gs["lora"], Value::Null);
     assert_eq!(gs.as_object().unwrap().len(), 33);
 
-    let gs = ok(json!({ "prompt": "x", "grammar": "root ::= \"a\"" })).generation_settings(1, "m");
+    let gs = ok(json!({ "prompt": "x", "grammar": "root ::= \"a\"" })).generation_settings(1, "m", &[]);
     assert_eq!(gs["seed"], -1);
     assert_eq!(gs["json_schema"], Value::Null);
     assert_eq!(gs["grammar"], "root ::= \"a\"");

@@ -398,7 +398,7 @@ impl<'m> Worker<'m> {
             return;
         }
         let info = &self.models.info;
-        for (key, ctl) in r.finish(stop, &info.name, info.n_ctx, self.invariance.holds()) {
+        for (key, ctl) in r.finish(stop, info, self.invariance.holds()) {
             self.kept_ctls.retain(|(k, _)| *k != key);
             self.kept_ctls.push((key, ctl));
         }
@@ -417,7 +417,7 @@ pub fn aborted_before_start(req: &CompletionRequest, info: &ModelInfo, batch_inv
         stop: true,
         model: info.name.clone(),
         stopped_abort: true,
-        generation_settings: req.generation_settings(info.n_ctx, &info.name),
+        generation_settings: req.generation_settings(info.n_ctx, &info.name, &info.eog),
         speculative: SpeculativeStats { mode: req.speculative.mode.as_str().into(), batch_invariant, ..Default::default() },
         completion_probabilities: (req.n_probs > 0).then(Vec::new),
         ..Default::default()
