@@ -134,7 +134,9 @@ pub fn render(chat: &Chat, messages: &[ChatMessage], options: &ChatOptions, add_
                     text.push_str(&m.end);
                 }
             }
-            text.push_str(last.content.as_deref().unwrap_or(""));
+            // Given in text parts: joined with a blank line, as llama-server continues it.
+            let continued = if last.media.is_empty() { last.continued.as_deref() } else { None };
+            text.push_str(continued.or(last.content.as_deref()).unwrap_or(""));
             return Ok(text);
         }
     }

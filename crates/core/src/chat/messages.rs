@@ -27,11 +27,14 @@ pub struct ChatMessage {
     /// Its images and audio, in order: each stands in `content` as
     /// `MEDIA_MARKER`.
     pub media: Vec<MediaInput>,
+    /// Given as text parts: those joined with a blank line, the text a last
+    /// assistant message is continued with (as llama-server continues one).
+    pub continued: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: &str, content: &str) -> Self {
-        ChatMessage { role: role.into(), content: Some(content.into()), extra: Map::new(), media: Vec::new() }
+        ChatMessage { role: role.into(), content: Some(content.into()), extra: Map::new(), media: Vec::new(), continued: None }
     }
 
     pub fn to_json(&self) -> Json {
@@ -91,6 +94,13 @@ pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
             }
         }
         let mut media = Vec::new();
+        let continued = match map.get("content") {
+            Some(Json::Array(parts)) => {
+                let texts: Vec<&str> = parts.iter().filter_map(|p| p.get("text").and_then(Json::as_str)).collect();
+                Some(texts.join("\n\n"))
+            }
+            _ => None,
+        };
         let content = match map.get("content") {
             Some(Json::String(text)) => Some(no_marker(text, &format!("{at}.content"))?.clone()),
             Some(Json::Array(parts)) => Some(text_parts(parts, &format!("{at}.content"), &mut media, &mut n_media)?),
@@ -112,7 +122,7 @@ pub fn parse_messages(value: &Json, field: &str) -> Result<Vec<ChatMessage>> {
         if bytes > MAX_MESSAGES_BYTES {
             return Err(EngineError::invalid(field, format!("at most {MAX_MESSAGES_BYTES} bytes of text are allowed")));
         }
-        out.push(ChatMessage { role, content, extra, media });
+        out.push(ChatMessage { role, content, extra, media, continued });
     }
     Ok(out)
 }
@@ -208,6 +218,9 @@ mod tests {
     fn text_parts_are_joined() {
         let m = msgs(json!([{ "role": "user", "content": [{ "type": "text", "text": "Hello, " }, { "type": "text", "text": "world" }] }]));
         assert_eq!(m[0].content.as_deref(), Some("Hello, world"));
+        // Continued (a last assistant message), llama-server joins them with a blank line.
+        assert_eq!(m[0].continued.as_deref(), Some("Hello, \n\nworld"));
+        assert_eq!(msgs(json!([{ "role": "user", "content": "Hi" }]))[0].continued, None);
     }
 
     #[test]
