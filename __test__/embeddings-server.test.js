@@ -129,6 +129,30 @@ test("llama-server's /embeddings and /embedding: [{ index, embedding: [vector] }
   expect([bad.status, (await bad.json()).error.param]).toEqual([400, 'embd_normalize'])
 })
 
+test("--pooling none: /embeddings answers every token's vector, not normalised; /v1/embeddings refuses it (400), as llama-server", async () => {
+  const { createServer } = require('../server')
+  const { listen, close } = require('./server-helpers')
+  const model = require('./helpers').model(MODEL)
+  const rows = createServer({ model, engineOptions: { pooling: 'none', contextSize: 256, parallel: 1 }, signals: false })
+  const at = await listen(rows)
+  try {
+    for (let i = 0; i < 600 && (await fetch(`${at}/health`)).status !== 200; i++) await new Promise((r) => setTimeout(r, 100))
+    const tokens = engine.tokenize(SENTENCE, { addBos: true })
+    const res = await fetch(`${at}/embeddings`, { method: 'POST', body: JSON.stringify({ input: SENTENCE }) })
+    const [{ index, embedding }] = await res.json()
+    expect(index).toBe(0)
+    expect(embedding).toHaveLength(tokens.length)
+    expect(embedding.every((r) => r.length === engine.status().embeddingSize)).toBe(true)
+    expect(embedding.some((r) => Math.abs(Math.hypot(...r) - 1) > 1e-3)).toBe(true)
+    const oai = await fetch(`${at}/v1/embeddings`, { method: 'POST', body: JSON.stringify({ input: SENTENCE }) })
+    expect(oai.status).toBe(400)
+    expect((await oai.json()).error.message).toMatch(/not OAI compatible/)
+  } finally {
+    await close(rows)
+    await rows.shutdown({ dispose: true })
+  }
+})
+
 test("the AI SDK's embed and embedMany", async () => {
   const { embed, embedMany } = require('ai')
   const openai = require('@ai-sdk/openai').createOpenAI({ baseURL: `${base}/v1`, apiKey: 'unused' })

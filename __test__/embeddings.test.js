@@ -177,10 +177,22 @@ describe('pooling', () => {
   test('mean, cls and last: one token gives the same vector; longer inputs differ; status says which', async () => {
     const engines = {}
     try {
-      for (const pooling of ['mean', 'cls', 'last']) engines[pooling] = await load({ pooling, parallel: 1 })
+      for (const pooling of ['mean', 'cls', 'last', 'none']) engines[pooling] = await load({ pooling, parallel: 1 })
       const tokens = engines.mean.tokenize(LONG, BOS)
       const one = {}
       const long = {}
+      // None: every token's vector, one after another, never normalised; the mean of them is mean pooling's.
+      const rows = (await engines.none.embed([tokens], { normalize: true })).embeddings[0]
+      const n = engines.none.status().embeddingSize
+      expect(rows.length).toBe(tokens.length * n)
+      const byToken = Array.from({ length: tokens.length }, (_, t) => rows.subarray(t * n, (t + 1) * n))
+      expect(byToken.some((r) => Math.abs(Math.hypot(...r) - 1) > 1e-3)).toBe(true)
+      const first = (await engines.none.embed([tokens.slice(0, 1)], { normalize: false })).embeddings[0]
+      expect(bytes(first).equals(bytes(byToken[0]))).toBe(true)
+      const mean = (await engines.mean.embed([tokens], { normalize: false })).embeddings[0]
+      mean.forEach((x, i) => expect(byToken.reduce((s, r) => s + r[i], 0) / tokens.length).toBeCloseTo(x, 4))
+      await engines.none.dispose()
+      delete engines.none
       for (const [pooling, e] of Object.entries(engines)) {
         expect(e.status().pooling).toBe(pooling)
         one[pooling] = (await e.embed([tokens.slice(0, 1)])).embeddings[0]

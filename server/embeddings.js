@@ -2,7 +2,7 @@
 // OpenAI's embeddings: POST /v1/embeddings (alias /embeddings) over
 // engine.embed(input, { normalize, truncate }).
 
-const { invalid, openaiErrorBody } = require('./errors.js')
+const { ApiError, invalid, openaiErrorBody } = require('./errors.js')
 
 const MEDIA_MARKER = '<__media__>'
 
@@ -159,6 +159,10 @@ async function embeddings(ctx, native) {
     native = true
   }
   if (body.input === undefined) throw invalid('input', 'required ("input" or "content")')
+  const st = ctx.engine.status()
+  // --pooling none: every token's vector, on llama-server's own paths only.
+  const rows = st.pooling === 'none'
+  if (rows && !native) throw new ApiError(400, "Pooling type 'none' is not OAI compatible. Please use a different pooling type (or POST /embeddings)", { param: 'pooling' })
   const input = inputOf(body.input, ctx.engine)
   const format = body.encoding_format ?? 'float'
   if (format !== 'float' && format !== 'base64') throw invalid('encoding_format', `expected "float" or "base64", got ${JSON.stringify(format)}`)
@@ -181,6 +185,11 @@ async function embeddings(ctx, native) {
     const v = body.dimensions != null ? shorten(vector, body.dimensions, normalize) : vector
     return format === 'base64' ? base64(v) : Array.from(v)
   })
+  if (rows) {
+    const n = st.embeddingSize
+    const split = (v) => Array.from({ length: v.length / n }, (_, t) => Array.from(v.subarray(t * n, (t + 1) * n)))
+    return ctx.json(200, result.embeddings.map((v, index) => ({ index, embedding: split(v) })))
+  }
   if (native) return ctx.json(200, shaped.map((embedding, index) => ({ index, embedding: [embedding] })))
   const data = shaped.map((embedding, index) => ({ object: 'embedding', index, embedding }))
   ctx.json(200, { object: 'list', model: ctx.modelName(), data, usage: { prompt_tokens: result.tokens, total_tokens: result.tokens } })

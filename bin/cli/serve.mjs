@@ -158,7 +158,6 @@ function serveLoad(v, given) {
     else if (t !== 'auto') load.gpuLayers = numberOf(given['n-gpu-layers'], t, 'int')
   }
   if (v.pooling !== undefined) {
-    if (v.pooling === 'none') throw new UsageError(`${given.pooling}: ${v.pooling} is not supported yet (mean, cls, last, rank)`)
     load.pooling = v.pooling
   }
   if (v.reranking === true) {
@@ -215,7 +214,14 @@ export async function serve(argv) {
   }
   // Many models: the aliases', the preset's, the directory's and the cache's, pinned as asked.
   const { router } = cli
-  const { listCachedModels, resolveModel } = require('../../lib/models/resolve.js')
+  const { listCachedModels, resolveModel, removeCachedModel } = require('../../lib/models/resolve.js')
+  // llama-server's POST and DELETE /models: the cache's models added (downloaded) and removed.
+  const cacheAdmin = router.cache
+    ? {
+        downloadModel: (name, { onProgress, signal }) => resolveModel(`hf:${name}`, { onProgress, signal }),
+        removeModel: async (name, { check = false } = {}) => (check ? listCachedModels().some((m) => m.name === name) : (await removeCachedModel(name)).length > 0),
+      }
+    : {}
   const list = async () => {
     const models = await routerModels(router, inspectModel, listCachedModels, resolveModel)
     for (const m of models) if (router.pin.includes(m.name)) m.pinned = true
@@ -230,7 +236,7 @@ export async function serve(argv) {
       if (!models.some((x) => x.name === name)) throw new UsageError(`--pin: no model named ${JSON.stringify(name)} (${models.map((x) => x.name).join(', ')})`)
     }
     const { modelsMax, memoryMax, idleUnloadMs, engineOptions, autoload } = router
-    server = createServer({ ...cli.server, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, modelsAutoload: autoload, reloadModels: list, signals: false, onError })
+    server = createServer({ ...cli.server, models, modelsMax, memoryMax, idleUnloadMs, engineOptions, modelsAutoload: autoload, reloadModels: list, ...cacheAdmin, signals: false, onError })
     // load-on-startup: loaded now, unloaded as any other later.
     for (const m of models) if (m.preload && !m.pinned) server.router.load(m.name).catch(() => {})
   } catch (e) {

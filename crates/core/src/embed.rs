@@ -29,6 +29,9 @@ pub enum Pooling {
     /// first token's vector for an encoder, the last one's for a decoder),
     /// computed by llama.cpp; only `rerank()` reads it.
     Rank,
+    /// No pooling: every token's vector, one after another (llama.cpp's
+    /// `none`), never normalised.
+    None,
 }
 
 impl Pooling {
@@ -38,6 +41,7 @@ impl Pooling {
             "cls" => Some(Pooling::Cls),
             "last" => Some(Pooling::Last),
             "rank" => Some(Pooling::Rank),
+            "none" => Some(Pooling::None),
             _ => None,
         }
     }
@@ -48,6 +52,7 @@ impl Pooling {
             Pooling::Cls => "cls",
             Pooling::Last => "last",
             Pooling::Rank => "rank",
+            Pooling::None => "none",
         }
     }
 
@@ -272,6 +277,7 @@ impl Pooler {
                 self.kept.clear();
                 self.kept.extend_from_slice(row);
             }
+            Pooling::None => self.kept.extend_from_slice(row),
         }
         self.rows += 1;
     }
@@ -280,14 +286,16 @@ impl Pooler {
         self.rows
     }
 
-    /// The pooled vector, L2-normalised with `normalize`.
+    /// The pooled vector, L2-normalised with `normalize` (never the rows
+    /// of `None`).
     pub fn finish(self, normalize: bool) -> Vec<f32> {
+        let normalize = normalize && self.pooling != Pooling::None;
         let mut v = match self.pooling {
             Pooling::Mean => {
                 let n = self.rows.max(1) as f64;
                 self.sum.iter().map(|&s| (s / n) as f32).collect()
             }
-            Pooling::Cls | Pooling::Last | Pooling::Rank => self.kept,
+            Pooling::Cls | Pooling::Last | Pooling::Rank | Pooling::None => self.kept,
         };
         if normalize {
             l2_normalize(&mut v);
@@ -417,6 +425,8 @@ mod tests {
         assert_eq!(pool(Pooling::Mean, false), vec![2.0, 2.0]);
         assert_eq!(pool(Pooling::Cls, false), vec![1.0, 0.0]);
         assert_eq!(pool(Pooling::Last, false), vec![2.0, 2.0]);
+        // None: every row, in order, never normalised.
+        assert_eq!(pool(Pooling::None, true), vec![1.0, 0.0, 3.0, 4.0, 2.0, 2.0]);
         let v = pool(Pooling::Mean, true);
         assert!((v[0] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-7 && v[0] == v[1]);
         let mut zero = vec![0.0f32; 3];
@@ -433,10 +443,10 @@ mod tests {
         for other in [Some("0"), Some("5"), Some("x"), None] {
             assert_eq!(Pooling::from_gguf(other), None);
         }
-        for p in [Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::Rank] {
+        for p in [Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::Rank, Pooling::None] {
             assert_eq!(Pooling::parse(p.as_str()), Some(p));
         }
-        assert_eq!(Pooling::parse("none"), None);
+        assert_eq!(Pooling::parse("max"), None);
     }
 
     #[test]

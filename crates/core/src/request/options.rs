@@ -261,9 +261,9 @@ fn tool_call_format(obj: &Map<String, Value>) -> Result<Option<Family>> {
 fn pooling(obj: &Map<String, Value>) -> Result<Option<Pooling>> {
     match obj.get("pooling") {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Pooling::parse(s)
-            .map(Some)
-            .ok_or_else(|| EngineError::invalid("pooling", format!("expected \"mean\", \"cls\", \"last\" or \"rank\", got {s:?}"))),
+        Some(Value::String(s)) => Pooling::parse(s).map(Some).ok_or_else(|| {
+            EngineError::invalid("pooling", format!("expected \"mean\", \"cls\", \"last\", \"rank\" or \"none\", got {s:?}"))
+        }),
         Some(_) => Err(EngineError::invalid("pooling", "expected a string")),
     }
 }
