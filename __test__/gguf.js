@@ -368,4 +368,42 @@ function rewrite(g, whole, replace) {
   return Buffer.concat([header, Buffer.alloc(pad), whole.subarray(g.dataOffset)])
 }
 
-module.exports = { readGguf, writeGguf, tinyModel, damagedFiles, value, T }
+/**
+ * Splits a GGUF as llama.cpp's gguf-split does: `n` files
+ * `<prefix>-0000i-of-0000n.gguf`, the tensors in order spread over them,
+ * the first with every metadata entry, each with `split.no`, `split.count`
+ * and `split.tensors.count`. The paths, first one first.
+ */
+function splitGguf(src, prefix, n) {
+  const g = readGguf(src)
+  const fd = fs.openSync(src, 'r')
+  const ends = g.tensors.map((t, i) => (i + 1 < g.tensors.length ? g.tensors[i + 1].offset : g.size - g.dataOffset))
+  const per = Math.ceil(g.tensors.length / n)
+  const u16 = (v) => Buffer.concat([le.u32(T.U16), Buffer.from([v & 0xff, v >> 8])])
+  const files = []
+  for (let i = 0; i < n; i++) {
+    const picked = g.tensors.map((t, j) => ({ t, j })).slice(i * per, (i + 1) * per)
+    const kvs = [...(i === 0 ? g.kvs.map((k) => [k.key, k.raw]) : []), ['split.no', u16(i)], ['split.count', u16(n)], ['split.tensors.count', value.i32(g.tensors.length)]]
+    const parts = [Buffer.from('GGUF'), le.u32(3), le.u64(picked.length), le.u64(kvs.length)]
+    for (const [k, raw] of kvs) parts.push(gstr(k), raw)
+    let offset = 0
+    const datas = []
+    for (const { t, j } of picked) {
+      parts.push(gstr(t.name), le.u32(t.dims.length), ...t.dims.map(le.u64), le.u32(t.type), le.u64(offset))
+      const bytes = ends[j] - t.offset
+      const data = Buffer.alloc(bytes)
+      fs.readSync(fd, data, 0, bytes, g.dataOffset + t.offset)
+      const padded = Math.ceil(bytes / g.align) * g.align
+      datas.push(data, Buffer.alloc(padded - bytes))
+      offset += padded
+    }
+    const header = Buffer.concat(parts)
+    const file = `${prefix}-${String(i + 1).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.gguf`
+    fs.writeFileSync(file, Buffer.concat([header, Buffer.alloc(Math.ceil(header.length / g.align) * g.align - header.length), ...datas]))
+    files.push(file)
+  }
+  fs.closeSync(fd)
+  return files
+}
+
+module.exports = { readGguf, writeGguf, splitGguf, tinyModel, damagedFiles, value, T }

@@ -11,7 +11,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { LlamaEngine, TARGET, GEMMA, FULL, matrix, tiers } = require('./helpers')
-const { tinyModel, damagedFiles, readGguf } = require('./gguf')
+const { tinyModel, damagedFiles, readGguf, splitGguf } = require('./gguf')
 
 const CHILD = path.join(__dirname, 'fixtures', 'load-child.js')
 
@@ -212,6 +212,40 @@ describe('damaged model files', () => {
     expect(results.get(files[0])).toMatchObject({ code: 'MODEL_LOAD_FAILED', message: expect.stringContaining('llama.block_count is 0') })
     expect(results.get(files[1])).toMatchObject({ code: 'MODEL_LOAD_FAILED', message: expect.stringContaining('llama.block_count is 100000') })
     for (const f of files) fs.rmSync(f)
+  })
+
+  test('a model split over three files (gguf-split) loads from its first and computes what the whole file does; a part missing, damaged or of another split is refused by name', async () => {
+    const tiny = tinyModel(path.join(dir, 'tiny-split-src.gguf'), TARGET, 'llama')
+    const parts = splitGguf(tiny, path.join(dir, 'tiny-split'), 3)
+    const run = async (modelPath) => {
+      const engine = await LlamaEngine.load({ modelPath, contextSize: 256, parallel: 1 })
+      try {
+        return await engine.complete({ prompt: 'Once upon a time', n_predict: 12, temperature: 0, ignore_eos: true, n_probs: 3 })
+      } finally {
+        await engine.dispose()
+      }
+    }
+    const whole = await run(tiny)
+    const split = await run(parts[0])
+    expect(split.content).toBe(whole.content)
+    expect(JSON.stringify(split.completion_probabilities)).toBe(JSON.stringify(whole.completion_probabilities))
+    // Damaged parts, each loaded in a child process: refused, naming the file.
+    const cases = [
+      ['part 2 missing', (f) => fs.renameSync(f, `${f}.away`), (f) => fs.renameSync(`${f}.away`, f), /part 2 of 3, .*cannot open it/],
+      ['part 2 cut short', (f) => fs.truncateSync(f, 4096), null, /00002-of-00003\.gguf/],
+      ['part 3 in place of 2', (f) => fs.copyFileSync(parts[2], f), null, /not part 2 of these 3 files/],
+    ]
+    const keep = fs.readFileSync(parts[1])
+    for (const [name, damage, undo, message] of cases) {
+      damage(parts[1])
+      const r = (await loadEach([parts[0]])).get(parts[0])
+      expect({ name, crashed: r.crashed, code: r.code }).toEqual({ name, crashed: undefined, code: 'MODEL_LOAD_FAILED' })
+      expect(r.message).toMatch(message)
+      if (undo) undo(parts[1])
+      else fs.writeFileSync(parts[1], keep)
+    }
+    // A later part named as the model: refused, pointing at the first.
+    await expect(LlamaEngine.load({ modelPath: parts[1] })).rejects.toMatchObject({ code: 'MODEL_LOAD_FAILED', message: expect.stringContaining('load its first file') })
   })
 
   // test:full only: npm test stays under its 10 minutes (CI runs it).

@@ -17,6 +17,7 @@
 // Long (every test starts a server): in test:release, not CI.
 import { execFileSync, spawnSync } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import { join } from 'node:path'
 import { root } from './native.mjs'
 
@@ -77,6 +78,21 @@ const MODEL_FOR = {
   // No reranker GGUF is reachable here: the tests' own tiny BERT classifier
   // (scripts/rerank-fixture.mjs; its scores mean nothing).
   'ggml-org/models/jina-reranker-v1-tiny-en/ggml-model-f16.gguf': 'bert-reranker-tiny.gguf',
+  // A model split over three files, as llama.cpp's gguf-split writes them
+  // (SmolLM2 split here, __test__/gguf.js): loaded from its first.
+  'ggml-org/models/tinyllamas/split/stories15M-q8_0-00001-of-00003.gguf': splitFixture(),
+}
+
+/** SmolLM2 Q8_0 in three files under the suite's directory; the first one's path. */
+function splitFixture() {
+  const dir = join(work, 'split')
+  const first = join(dir, 'smollm2-q8_0-00001-of-00003.gguf')
+  if (!existsSync(join(dir, '.ready'))) {
+    mkdirSync(dir, { recursive: true })
+    createRequire(import.meta.url)('../__test__/gguf.js').splitGguf(join(models, 'SmolLM2-135M-Instruct.Q8_0.gguf'), join(dir, 'smollm2-q8_0'), 3)
+    writeFileSync(join(dir, '.ready'), '')
+  }
+  return first
 }
 // The projector that comes with a vision model of the suite (fetched by
 // llama-server with -hf): the test projector made for gemma-3-270m.
@@ -100,7 +116,7 @@ for (let i = 0; i < argv.length; i++) {
 if (repo !== undefined) {
   const key = file ? repo + '/' + file : repo
   const name = MODEL_FOR[key]
-  if (name) out.push('--model', require('node:path').join(MODELS, name))
+  if (name) out.push('--model', require('node:path').resolve(MODELS, name))
   else out.push('--hf-repo', repo, ...(file ? ['--hf-file', file] : []))
   // Its projector, as llama-server fetches the one of a vision model's repository.
   if (name && MMPROJ_FOR[key] && !out.includes('--no-mmproj')) out.push('--mmproj', require('node:path').join(MODELS, MMPROJ_FOR[key]))

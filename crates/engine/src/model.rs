@@ -115,8 +115,16 @@ pub fn load_model(path: &str, gpu_layers: u32, rpc: &[usize], portable: bool, pr
     // The file is untrusted: read and checked before llama.cpp sees it,
     // whose asserts on a bad header or hyperparameter abort the process.
     let file = gguf::read_gguf(Path::new(path)).map_err(|e| fail(e.0))?;
+    // A model split over several files: llama.cpp reads the others too.
+    let parts = gguf::split_parts(path, &file).map_err(fail)?;
     gguf::check_model(&file).map_err(fail)?;
     let mut weight_types: Vec<String> = file.tensors.iter().map(|t| t.kind.name.to_string()).collect();
+    for (k, part) in parts.iter().enumerate() {
+        let no = k + 2;
+        let part_file = gguf::read_gguf(Path::new(part)).map_err(|e| fail(format!("part {no} of {}, {part}: {}", parts.len() + 1, e.0)))?;
+        gguf::check_split_part(&part_file, no, parts.len() + 1).map_err(|why| fail(format!("{part}: {why}")))?;
+        weight_types.extend(part_file.tensors.iter().map(|t| t.kind.name.to_string()));
+    }
     weight_types.sort();
     weight_types.dedup();
     let backend = backend()?;

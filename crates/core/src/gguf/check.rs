@@ -501,3 +501,50 @@ pub fn check_adapter(adapter: &GgufFile, base: &GgufFile) -> Result<(), String> 
     }
     Ok(())
 }
+
+/// Most files a split model may have (gguf-split's numbering: 5 digits).
+const MAX_SPLITS: i128 = 99_999;
+
+/// The paths of the other files of a model split over several (a
+/// `split.count` above 1, as llama.cpp's gguf-split writes it), found as
+/// llama.cpp finds them from the first one's name,
+/// `<prefix>-00001-of-0000N.gguf`; none for a model in one file.
+pub fn split_parts(path: &str, file: &GgufFile) -> Result<Vec<String>, String> {
+    let count = match file.get("split.count") {
+        None => return Ok(Vec::new()),
+        Some(Value::Int(_, n)) if (1..=MAX_SPLITS).contains(n) => *n as usize,
+        Some(Value::Int(_, n)) => return Err(format!("split.count is {n}; expected 1 to {MAX_SPLITS} files")),
+        Some(v) => return Err(format!("split.count is a {}, not a number", v.type_of().name())),
+    };
+    if count == 1 {
+        return Ok(Vec::new());
+    }
+    match file.get("split.no") {
+        Some(Value::Int(_, 0)) | None => {}
+        Some(Value::Int(_, n)) => {
+            return Err(format!(
+                "this is part {} of a split model of {count} files: load its first file (-00001-of-{count:05}.gguf)",
+                n + 1
+            ))
+        }
+        Some(v) => return Err(format!("split.no is a {}, not a number", v.type_of().name())),
+    }
+    let suffix = format!("-00001-of-{count:05}.gguf");
+    let prefix = path.strip_suffix(&suffix).ok_or_else(|| {
+        format!("a model split over {count} files, whose first file's name does not end in {suffix} (llama.cpp finds the others by it)")
+    })?;
+    Ok((2..=count).map(|i| format!("{prefix}-{i:05}-of-{count:05}.gguf")).collect())
+}
+
+/// Checks part `no` (1-based) of a split model of `count` files: its own
+/// `split.no` and `split.count` say so.
+pub fn check_split_part(file: &GgufFile, no: usize, count: usize) -> Result<(), String> {
+    let int = |key: &str| match file.get(key) {
+        Some(Value::Int(_, n)) => Some(*n),
+        _ => None,
+    };
+    if int("split.count") != Some(count as i128) || int("split.no") != Some(no as i128 - 1) {
+        return Err(format!("not part {no} of these {count} files (its split.no and split.count say otherwise)"));
+    }
+    Ok(())
+}

@@ -15,6 +15,6 @@ mod types;
 #[cfg(test)]
 mod tests;
 
-pub use check::{check_adapter, check_model, check_projector};
+pub use check::{check_adapter, check_model, check_projector, check_split_part, split_parts};
 pub use read::{read_from, read_gguf, GgufError, GgufFile, TensorInfo, Value, ValueType};
 pub use types::TensorType;

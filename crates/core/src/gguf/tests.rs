@@ -368,3 +368,28 @@ fn adapters_that_do_not_fit_are_refused() {
     assert!(check_adapter(&adapter(&[32, 8], &[8, 64]), &base).unwrap_err().contains("do not fit"));
     assert!(check_adapter(&adapter(&[64, 8], &[4, 64]), &base).unwrap_err().contains("do not fit"));
 }
+
+#[test]
+fn split_models_name_their_parts() {
+    let one = read(&Builder::llama().build()).unwrap();
+    assert_eq!(split_parts("/m/model.gguf", &one), Ok(vec![]));
+    let mut b = Builder::llama();
+    b.raw("split.no", 2, 0u16.to_le_bytes().to_vec()).raw("split.count", 2, 3u16.to_le_bytes().to_vec());
+    let first = read(&b.build()).unwrap();
+    assert_eq!(
+        split_parts("/m/big-00001-of-00003.gguf", &first),
+        Ok(vec!["/m/big-00002-of-00003.gguf".to_string(), "/m/big-00003-of-00003.gguf".to_string()])
+    );
+    // llama.cpp finds the others by the first one's name: another name is refused, as is a later part.
+    assert!(split_parts("/m/big.gguf", &first).unwrap_err().contains("-00001-of-00003.gguf"));
+    let mut later = Builder::llama();
+    later.raw("split.no", 2, 1u16.to_le_bytes().to_vec()).raw("split.count", 2, 3u16.to_le_bytes().to_vec());
+    let later = read(&later.build()).unwrap();
+    assert!(split_parts("/m/big-00002-of-00003.gguf", &later).unwrap_err().contains("load its first file"));
+    assert_eq!(check_split_part(&later, 2, 3), Ok(()));
+    assert!(check_split_part(&later, 3, 3).is_err());
+    assert!(check_split_part(&one, 2, 3).is_err());
+    let mut huge = Builder::llama();
+    huge.u32("split.count", 1_000_000);
+    assert!(split_parts("/m/x-00001-of-1000000.gguf", &read(&huge.build()).unwrap()).is_err());
+}
