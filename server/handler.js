@@ -18,6 +18,7 @@ const { Sleep } = require('./sleep.js')
 const { templateOptions } = require('./util.js')
 const { systemFingerprint } = require('./llama.js')
 const { StreamSessions, STREAM_ROUTES } = require('./streams.js')
+const { RouterAdmin } = require('./router-admin.js')
 
 const DEFAULTS = {
   apiKey: undefined,
@@ -101,9 +102,13 @@ function createCore(engineOrPromise, options) {
   const limits = { maxBodyBytes: opts.maxBodyBytes, requestTimeoutMs: opts.requestTimeoutMs }
   const metrics = new Metrics()
   const started = Math.floor(Date.now() / 1000)
+  let admin = null
+  const onState = (name, status, error) => admin?.events.send(name, 'status_change', error ? { status, error: error.message } : { status })
   const router = opts.router
-    ? new Router(opts.router.models, { ...opts.router, maxQueue: opts.maxQueue, graceMs: opts.shutdownGraceMs, metrics })
+    ? new Router(opts.router.models, { ...opts.router, maxQueue: opts.maxQueue, graceMs: opts.shutdownGraceMs, metrics, onState })
     : null
+  // POST and DELETE /models, GET /models/sse (router-admin.js).
+  admin = router ? new RouterAdmin(router, { download: opts.router.download, remove: opts.router.remove, reload: () => reloadModels(router, opts) }) : null
   let single = router ? null : new Lane(engineOrPromise, { maxQueue: opts.maxQueue, metrics })
   let closing = false
   // llama-server's --sleep-idle-seconds (sleep.js).
@@ -321,7 +326,7 @@ function createCore(engineOrPromise, options) {
         return exchange.send(200, headers, text)
       }
       if (closing) throw new ApiError(503, 'the server is shutting down', { code: 'SHUTTING_DOWN', type: 'server_error', close: true })
-      if (own && !(key === 'GET /props' && ctx.query.get('model'))) return await routerRoute(key, ctx, router, opts)
+      if (own && !(key === 'GET /props' && ctx.query.get('model'))) return await routerRoute(key, ctx, router, opts, admin)
       if (router && (key === 'GET /v1/models' || key === 'GET /models') && /^(1|true)$/.test(ctx.query.get('reload') ?? '')) await reloadModels(router, opts)
       if (router && !NO_ENGINE_ROUTES.has(`${exchange.method} ${found.pattern}`) && !(key === 'GET /v1/models' || key === 'GET /models')) {
         // The model: the body's `model` (POST), else ?model=.
@@ -404,6 +409,7 @@ function createCore(engineOrPromise, options) {
     if (shutdown) return shutdown
     closing = true
     shutdown = (async () => {
+      admin?.close()
       if (router) await router.close(graceMs)
       else await single.drain(graceMs)
       // What the Responses API keeps, on disk before the process may end.
@@ -489,9 +495,12 @@ function textTokens(request, engine) {
 const FAKE_TIMING = Boolean(process.env.LLAMA_SERVER_DEBUG_FAKE_TIMING)
 
 /** The router's own endpoints (llama.cpp's router mode names). */
-const ROUTER_ROUTES = new Set(['POST /models/load', 'POST /models/unload', 'POST /models/reload', 'GET /props'])
+const ROUTER_ROUTES = new Set(['POST /models/load', 'POST /models/unload', 'POST /models/reload', 'GET /props', 'GET /models/sse', 'POST /models', 'DELETE /models'])
 
-async function routerRoute(key, ctx, router, opts) {
+async function routerRoute(key, ctx, router, opts, admin) {
+  if (key === 'GET /models/sse') return admin.sse(ctx)
+  if (key === 'POST /models') return admin.add(ctx)
+  if (key === 'DELETE /models') return admin.delete(ctx)
   if (key === 'POST /models/reload') {
     await reloadModels(router, opts)
     return ctx.json(200, { success: true, models: router.list().map((m) => m.name) })

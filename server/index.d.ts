@@ -144,6 +144,19 @@ export interface CreateServerOptions extends ServerOptions {
    * others kept).
    */
   reloadModels?: () => NonNullable<CreateServerOptions['models']> | Promise<NonNullable<CreateServerOptions['models']>>
+  /**
+   * With `models`: POST /models (llama-server's): downloads `name`
+   * (`OWNER/REPO[:TAG]`) where the list (`reloadModels`) will find it,
+   * telling `onProgress({ file, downloaded, total })`; `signal` aborts it
+   * when the server closes. Without it, POST /models is a 501.
+   */
+  downloadModel?: (name: string, options: { onProgress: (p: { file: string; downloaded: number; total: number }) => void; signal: AbortSignal }) => Promise<unknown>
+  /**
+   * With `models`: DELETE /models (llama-server's): removes the files of
+   * model `name` (after it is unloaded) and resolves true; with `check`,
+   * only whether it could (a model of the cache). Without it, a 501.
+   */
+  removeModel?: (name: string, options?: { check?: boolean }) => Promise<boolean>
   /** With `models`: at most this many loaded at once (the least recently used idle one is unloaded first). Default: no limit. */
   modelsMax?: number
   /** With `models`: at most this many bytes loaded, by each model's estimate. Default: no limit. */

@@ -102,12 +102,12 @@ function socketDeadlines(headersMs, bodyMs) {
  */
 function createServer(options = {}) {
   if (options === null || typeof options !== 'object') throw new TypeError('createServer(options): expected an object')
-  const { engine, model, models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, engineOptions, signals = true, ...serverOptions } = options
+  const { engine, model, models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, downloadModel, removeModel, engineOptions, signals = true, ...serverOptions } = options
   let owned = false
   let engineOrPromise = engine
   if (models != null) {
     if (engine != null || model != null) throw new TypeError('createServer(options): options.models goes without options.engine and options.model')
-    serverOptions.router = routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, engineOptions })
+    serverOptions.router = routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, downloadModel, removeModel, engineOptions })
     engineOrPromise = null
   } else if (engine == null) {
     if (typeof model !== 'string') throw new TypeError('createServer(options): options.engine or options.model (a path) is required')
@@ -194,13 +194,15 @@ function createServer(options = {}) {
  * engine unless its options say otherwise) and what it is estimated to take
  * (inspectModel's `memory.total` for its context and slots).
  */
-function routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, engineOptions = {} }) {
+function routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, modelsAutoload, reloadModels, downloadModel, removeModel, engineOptions = {} }) {
   if (!Array.isArray(models)) throw new TypeError('createServer(options): options.models: expected an array')
   for (const [name, v] of Object.entries({ modelsMax, memoryMax, idleUnloadMs })) {
     if (v != null && !(Number.isInteger(v) && v > 0)) throw new TypeError(`createServer(options): options.${name}: expected a positive integer, got ${JSON.stringify(v)}`)
   }
   if (modelsAutoload != null && typeof modelsAutoload !== 'boolean') throw new TypeError('createServer(options): options.modelsAutoload: expected true or false')
-  if (reloadModels != null && typeof reloadModels !== 'function') throw new TypeError('createServer(options): options.reloadModels: expected a function')
+  for (const [name, fn] of Object.entries({ reloadModels, downloadModel, removeModel })) {
+    if (fn != null && typeof fn !== 'function') throw new TypeError(`createServer(options): options.${name}: expected a function`)
+  }
   const { LlamaEngine, inspectModel } = require('../index.js')
   const optionsOf = (m) => ({ isolation: 'process', ...engineOptions, ...(m.options ?? {}), modelPath: m.uri })
   const shaped = (list) =>
@@ -217,6 +219,8 @@ function routerOptions({ models, modelsMax, memoryMax, idleUnloadMs, modelsAutol
     idleUnloadMs: idleUnloadMs ?? 0,
     autoload: modelsAutoload ?? true,
     reload: reloadModels ? async () => shaped(await reloadModels()) : undefined,
+    download: downloadModel,
+    remove: removeModel,
     load: (m) => LlamaEngine.load(optionsOf(m)),
     async estimate(m) {
       const o = optionsOf(m)

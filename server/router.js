@@ -29,10 +29,10 @@ class Router {
    *   metrics: object, load: (model) => Promise<object>, estimate: (model) => Promise<number> }} options
    *   `load` makes the engine of a model (`{ name, uri, options }`); `estimate` its bytes.
    */
-  constructor(models, { modelsMax = Infinity, memoryMax = Infinity, idleUnloadMs = 0, autoload = true, maxQueue, graceMs = 10_000, metrics, load, estimate }) {
+  constructor(models, { modelsMax = Infinity, memoryMax = Infinity, idleUnloadMs = 0, autoload = true, maxQueue, graceMs = 10_000, metrics, load, estimate, onState }) {
     if (!Array.isArray(models)) throw new TypeError('models: expected an array of models')
     for (const m of checked(models)) this.#entries.set(m.name, newEntry(m))
-    Object.assign(this, { modelsMax, memoryMax, idleUnloadMs, autoload, maxQueue, graceMs, metrics, loadEngine: load, estimate })
+    Object.assign(this, { modelsMax, memoryMax, idleUnloadMs, autoload, maxQueue, graceMs, metrics, loadEngine: load, estimate, onState })
     for (const e of this.#entries.values()) if (e.pinned) this.#ensureLoaded(e).catch(() => {})
   }
 
@@ -216,6 +216,14 @@ class Router {
     )
   }
 
+  /** A model's state changes (`onState(name, state, error)`: GET /models/sse tells it). */
+  #set(entry, state) {
+    entry.state = state
+    try {
+      this.onState?.(entry.name, state, entry.error)
+    } catch {}
+  }
+
   #wake() {
     for (const resolve of this.#changed.splice(0)) resolve()
   }
@@ -223,7 +231,7 @@ class Router {
   #ensureLoaded(entry) {
     if (entry.state === 'loaded') return Promise.resolve()
     if (entry.state === 'loading') return entry.loading
-    entry.state = 'loading'
+    this.#set(entry, 'loading')
     entry.error = null
     entry.loading = this.#load(entry)
     entry.loading.catch(() => {})
@@ -246,14 +254,14 @@ class Router {
         throw closing()
       }
       entry.lane = lane
-      entry.state = 'loaded'
+      this.#set(entry, 'loaded')
       // A load waiting for room may now unload this one (say, loaded by POST /models/load and idle).
       this.#wake()
     } catch (e) {
       entry.admitted = false
       // Given up (nobody waits for it any more): not loaded, not failed.
-      entry.state = e === ABANDONED ? 'unloaded' : 'failed'
       entry.error = e === ABANDONED ? null : e
+      this.#set(entry, e === ABANDONED ? 'unloaded' : 'failed')
       this.#wake()
       throw e
     }
@@ -296,7 +304,7 @@ class Router {
   async #unload(entry, graceMs) {
     const lane = entry.lane
     clearTimeout(entry.timer)
-    entry.state = 'unloaded'
+    this.#set(entry, 'unloaded')
     entry.admitted = false
     entry.lane = null
     try {

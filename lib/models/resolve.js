@@ -406,9 +406,42 @@ async function resolveModel(uri, options = {}) {
   return resolveHf(want, opts)
 }
 
+/**
+ * Removes a model of the hub cache named as `listCachedModels` names it
+ * (`OWNER/REPO:TAG`): its file (every part of a split one) from the
+ * snapshot, and each blob no other file of the repository points to; the
+ * repository's directory when no model file is left in it. Resolves with
+ * the files removed (none: not in the cache).
+ */
+async function removeCachedModel(name, cacheDir) {
+  const entry = listCachedModels(cacheDir).find((m) => m.name === name)
+  if (!entry) return []
+  const repo = name.slice(0, name.lastIndexOf(':'))
+  const repoDir = path.join(hubCache(cacheDir), `models--${repo.replace(/\//g, '--')}`)
+  const snap = cachedSnapshot(repoDir)
+  if (!snap) return []
+  const rel = path.relative(snap.root, entry.path).split(path.sep).join('/')
+  const m = SPLIT.exec(rel)
+  const files = m ? splitParts(snap.files, rel, m, repo) : [rel]
+  const blobOf = (f) => {
+    try {
+      return fs.realpathSync(path.join(snap.root, f))
+    } catch {
+      return null
+    }
+  }
+  const blobs = files.map(blobOf).filter(Boolean)
+  for (const f of files) await fsp.rm(path.join(snap.root, f), { force: true })
+  const left = cachedSnapshot(repoDir)?.files ?? []
+  const kept = new Set(left.map(blobOf))
+  for (const b of blobs) if (!kept.has(b) && b.startsWith(repoDir + path.sep)) await fsp.rm(b, { force: true })
+  if (!left.some((f) => /\.gguf$/i.test(f) && !NOT_MODEL.test(path.basename(f)))) await fsp.rm(repoDir, { recursive: true, force: true })
+  return files
+}
+
 /** Whether a model option names something resolveModel fetches. */
 function isRemoteModel(uri) {
   return typeof uri === 'string' && (uri.startsWith('hf:') || /^https?:\/\//i.test(uri))
 }
 
-module.exports = { resolveModel, parseModelUri, isRemoteModel, hubCache, listCachedModels }
+module.exports = { resolveModel, parseModelUri, isRemoteModel, hubCache, listCachedModels, removeCachedModel }
