@@ -145,10 +145,13 @@ export interface EngineOptions {
    * How `embed()` turns an input's token vectors into one vector: `mean`
    * (their average), `cls` (the first token's), `last` (the last token's);
    * `rank`: the model is a reranker (its classifier head scores the pair;
-   * `rerank()` only). Default: the GGUF's `<arch>.pooling_type` when it
-   * names one of these, else `mean`.
+   * `rerank()` only); `none`: no pooling, each input's vector is every
+   * token's vector one after another (`tokens × embeddingSize` values,
+   * never normalised; images' and audio's rows are not among them).
+   * Default: the GGUF's `<arch>.pooling_type` when it names one of
+   * mean, cls, last or rank, else `mean`.
    */
-  pooling?: 'mean' | 'cls' | 'last' | 'rank'
+  pooling?: 'mean' | 'cls' | 'last' | 'rank' | 'none'
   /**
    * LoRA adapters (GGUF, llama.cpp's adapter format; paths or model URIs as
    * `modelPath`), applied at `scale` (default 1) to requests without their
@@ -322,8 +325,10 @@ export type EmbedInput = string | number[] | Int32Array | ChatContentPart[]
 /**
  * One message of a conversation (OpenAI's shape). `role` is usually
  * "system", "user", "assistant" or "tool"; other roles go to the template,
- * which may refuse them. Text parts are joined. `name`, `tool_call_id` and
- * `tool_calls` are passed to the template as given.
+ * which may refuse them. Text parts are joined (a last assistant message
+ * continued — "prefill" — with a blank line between its parts, as
+ * llama-server continues it). `name`, `tool_call_id` and `tool_calls` are
+ * passed to the template as given.
  */
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant' | 'tool'
@@ -629,7 +634,7 @@ export interface EngineStatus {
   decodes?: { steps: number; slots: number }
   vocabSize?: number
   /** How `embed()` pools (`EngineOptions.pooling`, else the GGUF's, else `mean`); `rank` for a reranker. */
-  pooling?: 'mean' | 'cls' | 'last' | 'rank'
+  pooling?: 'mean' | 'cls' | 'last' | 'rank' | 'none'
   /** Values in one embedding. */
   embeddingSize?: number
   /**

@@ -95,7 +95,6 @@ describe("serve reads llama-server's command line", () => {
     for (const [argv, message] of [
       [['--slot-save-path', '/tmp'], /--slot-save-path: saving slots/],
       [['-ctk', 'q8_0'], /-ctk: the KV cache is F16/],
-      [['--pooling', 'none'], /--pooling: none is not supported/],
       [['--reranking', '--pooling', 'mean'], /--reranking: a reranker's pooling is rank/],
       [['--no-such-flag'], /unknown option --no-such-flag/],
       [['--spec-type', 'draft-eagle3'], /--spec-type: "draft-eagle3" is not supported/],
@@ -162,6 +161,12 @@ describe("serve answers as llama-server does (a server started with llama-server
     expect(b.generation_settings.temperature).toBe(0.5)
     const c = await (await post('/completion', { prompt: 'Once upon a time', n_predict: 50, ignore_eos: true })).json()
     expect(c.generation_settings.n_predict).toBe(6)
+    // llama-server's logit_bias: [{ bias, token }]; ignore_eos shows the end-of-generation tokens it bans (bias null: -inf).
+    const [eos] = (await (await post('/tokenize', { content: '<|im_end|>' })).json()).tokens
+    expect(c.generation_settings.logit_bias).toEqual(expect.arrayContaining([{ bias: null, token: eos }]))
+    expect(c.generation_settings.logit_bias.every((b) => b.bias === null)).toBe(true)
+    const d = await (await post('/completion', { prompt: 'Once upon a time', n_predict: 2, logit_bias: [[5, 1.5]] })).json()
+    expect(d.generation_settings.logit_bias).toEqual([{ bias: 1.5, token: 5 }])
   })
 
   test("/completion in llama-server's shape: tokens with return_tokens, has_new_line, stop_type, timings.cache_n; a stream adds up to the answer", async () => {
@@ -351,6 +356,9 @@ describe("serve answers as llama-server does (a server started with llama-server
     const b = await (await post('/v1/chat/completions', { messages: prefill, max_tokens: 2, verbose: true, add_generation_prompt: false, continue_final_message: true })).json()
     expect(b.__verbose.prompt).toBe(a.__verbose.prompt)
     expect((await (await post('/apply-template', { messages: prefill })).json()).prompt).toBe(before + 'Whill')
+    // Given in text parts, it is continued with them joined by a blank line, as llama-server joins them.
+    const parts = [...messages, { role: 'assistant', content: [{ type: 'text', text: 'Wh' }, { type: 'text', text: 'ill' }] }]
+    expect((await (await post('/v1/chat/completions', { messages: parts, max_tokens: 2, verbose: true })).json()).__verbose.prompt).toBe(before + 'Wh\n\nill')
     const both = await post('/v1/chat/completions', { messages: prefill, max_tokens: 2, add_generation_prompt: true, continue_final_message: true })
     expect(both.status).toBe(400)
     const twice = await post('/v1/chat/completions', { messages: [...prefill, { role: 'assistant', content: 'x' }], max_tokens: 2 })
