@@ -51,10 +51,21 @@ export declare class NativeEngine {
    */
   saveSession(path: string, conversationJson: string, onEvent: (event: string | Error) => void): void
   /**
-   * Loads a session file into a free slot; the answer (`{ tokens, exact,
-   * messages | prompt }`) or its error arrives through `onEvent`.
+   * Loads a session file into a free slot, or into idle slot `slot`;
+   * the answer (`{ tokens, exact, slot, messages | prompt }`) or its
+   * error arrives through `onEvent`.
    */
-  loadSession(path: string, onEvent: (event: string | Error) => void): void
+  loadSession(path: string, slot: number | null, onEvent: (event: string | Error) => void): void
+  /**
+   * Writes what idle slot `slot` holds to `path` as a session file; the
+   * answer (`{ tokens, exact, bytes }`) or its error arrives through `onEvent`.
+   */
+  saveSlot(slot: number, path: string, onEvent: (event: string | Error) => void): void
+  /**
+   * Drops the cells of idle slot `slot`; the answer (`{ tokens }`) or its
+   * error arrives through `onEvent`.
+   */
+  eraseSlot(slot: number, onEvent: (event: string | Error) => void): void
   /** Stops every running request (queued ones then start). */
   cancel(): void
   status(): Record<string, unknown>

@@ -284,6 +284,8 @@ export type LoadedSession = {
    * the last bits.
    */
   exact: boolean
+  /** The slot that holds them. */
+  slot: number
 } & SessionConversation
 
 /** A text part of an OpenAI-style message. */
@@ -445,6 +447,13 @@ export interface CompletionRequest {
   n_keep?: number
   stop?: string | string[]
   ignore_eos?: boolean
+  /**
+   * The slot to run in when it is free (llama-server's `id_slot`; its
+   * cells are reused as far as they match the prompt); -1 (the default):
+   * the free slot whose cells fit best. A slot the engine lacks rejects
+   * with `INVALID_REQUEST` naming `id_slot`.
+   */
+  id_slot?: number
   logit_bias?: Array<[number, number | false]> | Record<string, number | false>
   n_probs?: number
   /** GBNF grammar (at most 256 KB; repetitions up to {0,1000}; parentheses nested up to 64). When it allows no further token the request ends (`stopped_eos`). */
@@ -839,13 +848,28 @@ export declare class LlamaEngine {
    */
   saveSession(path: string, conversation: SessionConversation): Promise<SavedSession>
   /**
-   * Reads and checks a session file, then puts its cells into a free slot:
-   * the next request starting with its tokens reuses them. A file of another
+   * Reads and checks a session file, then puts its cells into a free slot
+   * (or, with `slot`, into that idle slot, replacing what it held: llama-server's
+   * slot restore): the next request starting with its tokens reuses them. A file of another
    * model or KV settings, truncated, corrupted or not a session rejects with
    * `INVALID_SESSION`; a path that cannot be read rejects with
    * `INVALID_REQUEST`.
    */
-  loadSession(path: string): Promise<LoadedSession>
+  loadSession(path: string, options?: { slot?: number }): Promise<LoadedSession>
+  /**
+   * Writes what idle slot `slot` holds — its KV cells and their tokens —
+   * to `path`, atomically, as a session file `loadSession` reads (its
+   * conversation is `{ prompt: [the token ids] }`): llama-server's slot
+   * save. A slot running a request, or one the engine lacks, rejects with
+   * `INVALID_REQUEST` naming `slot`; so does a slot whose context was shifted.
+   */
+  saveSlot(slot: number, path: string): Promise<SavedSession>
+  /**
+   * Drops the KV cells of idle slot `slot` (they are not kept in the
+   * prompt cache) and resolves with the tokens it held: llama-server's
+   * slot erase.
+   */
+  eraseSlot(slot: number): Promise<{ tokens: number }>
   /**
    * Embeddings of a string, token ids, content parts (text with images or
    * audio, as a message's content; the engine needs `mmprojPath`) or an

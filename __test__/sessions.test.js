@@ -225,6 +225,52 @@ describe('sessions on disk', () => {
     expect(out.trace).toBe(await computed(nextTurn))
   }, CHILD_TIMEOUT + 60_000)
 
+  test("a slot's cells saved (saveSlot), erased (eraseSlot) and restored into another slot (loadSession with slot), as llama-server's slot files: the output of computing them; id_slot picks the slot", async () => {
+    const e = await load({ parallel: 2 })
+    try {
+      const first = chat('Can I return a lamp after 20 days?', { id_slot: 1 })
+      await e.complete(first)
+      const held = e.status().slots
+      expect(held[1].cachedTokens).toBeGreaterThan(0)
+      expect(held[0].cachedTokens).toBe(0)
+      const file = path.join(dir, 'slot1.bin')
+      const saved = await e.saveSlot(1, file)
+      expect(saved).toEqual({ tokens: held[1].cachedTokens, exact: true, bytes: fs.statSync(file).size })
+      expect(await e.eraseSlot(1)).toEqual({ tokens: held[1].cachedTokens })
+      expect(e.status().slots[1].cachedTokens).toBe(0)
+      // Into slot 0: the next turn, asked of slot 0, reuses what slot 1 computed, bit for bit.
+      const loaded = await e.loadSession(file, { slot: 0 })
+      expect(loaded).toMatchObject({ tokens: saved.tokens, exact: true, slot: 0 })
+      expect(loaded.prompt).toHaveLength(saved.tokens)
+      expect(e.status().slots[0].cachedTokens).toBe(saved.tokens)
+      const next = chat('Can I return a lamp after 25 days?', { id_slot: 0 })
+      const r = await e.complete(next)
+      expect(r.tokens_cached).toBeGreaterThan(0)
+      expect(trace(r)).toBe(await computed(next))
+      // Refused by name: a slot the engine lacks, a busy one, an id_slot out of range.
+      for (const [call, field] of [
+        [() => e.saveSlot(2, file), 'slot'],
+        [() => e.eraseSlot(7), 'slot'],
+        [() => e.loadSession(file, { slot: 2 }), 'slot'],
+        [() => e.saveSlot(-1, file), 'slot'],
+        [() => e.complete({ prompt: 'x', n_predict: 1, id_slot: 2 }), 'id_slot'],
+      ]) {
+        const err = await call().catch((x) => x)
+        expect({ field, code: err.code, message: err.message }).toEqual({ field, code: 'INVALID_REQUEST', message: expect.stringMatching(new RegExp(`^${field}`)) })
+      }
+      const ac = new AbortController()
+      let started
+      const running = e.complete({ prompt: 'Count:', n_predict: 500, ignore_eos: true, id_slot: 1 }, () => started?.(), ac.signal)
+      await new Promise((r) => (started = r))
+      const busy = await e.saveSlot(1, file).catch((x) => x)
+      expect([busy.code, busy.message]).toEqual(['INVALID_REQUEST', expect.stringMatching(/^slot: slot 1 is running a request/)])
+      ac.abort()
+      await running
+    } finally {
+      await e.dispose()
+    }
+  })
+
   // test:full only: npm test stays under its 10 minutes (CI runs it).
   ;(FULL ? test : test.skip)('a sliding-window model (gemma-3, window 512) past its window: restored exactly', async () => {
     const template = `{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}`

@@ -40,6 +40,11 @@ function selfCheckCache(option) {
 // Loaded on first use: the child-process engine (`isolation: 'process'`).
 let isolation = null
 
+/** A slot number as the engine takes it: a non-negative integer (the engine says whether it has that slot). */
+function checkSlot(slot) {
+  if (!Number.isInteger(slot) || slot < 0 || slot > 0xffffffff) throw engineError('INVALID_REQUEST', `slot: expected a slot number (0, 1, …), got ${JSON.stringify(slot)}`)
+}
+
 class LlamaEngine {
   #native
   #disposed = false
@@ -362,10 +367,38 @@ class LlamaEngine {
    * this model and KV settings, truncated or corrupted rejects with
    * `INVALID_SESSION`.
    */
-  loadSession(path) {
+  loadSession(path, options) {
     return this.#sessionJob(() => {
       if (typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
-      return (handle) => this.#native.loadSession(path, handle)
+      if (options != null && (typeof options !== 'object' || Array.isArray(options))) throw engineError('INVALID_REQUEST', 'options: expected { slot? }')
+      const slot = options?.slot ?? null
+      if (slot !== null) checkSlot(slot)
+      return (handle) => this.#native.loadSession(path, slot, handle)
+    })
+  }
+
+  /**
+   * Writes what idle slot `slot` holds (its KV cells and their tokens) to
+   * `path`, atomically, as a session file `loadSession` reads. Resolves
+   * with `{ tokens, exact, bytes }`; a slot running a request, or none of
+   * the engine's, rejects with `INVALID_REQUEST` naming `slot`.
+   */
+  saveSlot(slot, path) {
+    return this.#sessionJob(() => {
+      checkSlot(slot)
+      if (typeof path !== 'string') throw engineError('INVALID_REQUEST', 'path: expected a string')
+      return (handle) => this.#native.saveSlot(slot, path, handle)
+    })
+  }
+
+  /**
+   * Drops the KV cells of idle slot `slot` (not kept in the prompt cache);
+   * resolves with `{ tokens }`, the tokens it held.
+   */
+  eraseSlot(slot) {
+    return this.#sessionJob(() => {
+      checkSlot(slot)
+      return (handle) => this.#native.eraseSlot(slot, handle)
     })
   }
 

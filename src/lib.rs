@@ -334,12 +334,31 @@ impl NativeEngine {
         Ok(())
     }
 
-    /// Loads a session file into a free slot; the answer (`{ tokens, exact,
-    /// messages | prompt }`) or its error arrives through `onEvent`.
-    #[napi(catch_unwind, ts_args_type = "path: string, onEvent: (event: string | Error) => void")]
-    pub fn load_session(&self, path: String, on_event: Function<'_, String, ()>) -> Result<()> {
+    /// Loads a session file into a free slot, or into idle slot `slot`;
+    /// the answer (`{ tokens, exact, slot, messages | prompt }`) or its
+    /// error arrives through `onEvent`.
+    #[napi(catch_unwind, ts_args_type = "path: string, slot: number | null, onEvent: (event: string | Error) => void")]
+    pub fn load_session(&self, path: String, slot: Option<u32>, on_event: Function<'_, String, ()>) -> Result<()> {
         let tsfn = JsEventSink::function(&on_event)?;
-        self.engine.load_session(&path, Box::new(JsEventSink::new(tsfn)));
+        self.engine.load_session(&path, slot.map(|s| s as usize), Box::new(JsEventSink::new(tsfn)));
+        Ok(())
+    }
+
+    /// Writes what idle slot `slot` holds to `path` as a session file; the
+    /// answer (`{ tokens, exact, bytes }`) or its error arrives through `onEvent`.
+    #[napi(catch_unwind, ts_args_type = "slot: number, path: string, onEvent: (event: string | Error) => void")]
+    pub fn save_slot(&self, slot: u32, path: String, on_event: Function<'_, String, ()>) -> Result<()> {
+        let tsfn = JsEventSink::function(&on_event)?;
+        self.engine.save_slot(slot as usize, &path, Box::new(JsEventSink::new(tsfn)));
+        Ok(())
+    }
+
+    /// Drops the cells of idle slot `slot`; the answer (`{ tokens }`) or its
+    /// error arrives through `onEvent`.
+    #[napi(catch_unwind, ts_args_type = "slot: number, onEvent: (event: string | Error) => void")]
+    pub fn erase_slot(&self, slot: u32, on_event: Function<'_, String, ()>) -> Result<()> {
+        let tsfn = JsEventSink::function(&on_event)?;
+        self.engine.erase_slot(slot as usize, Box::new(JsEventSink::new(tsfn)));
         Ok(())
     }
 

@@ -113,7 +113,11 @@ onMessage(async (msg) => {
     case 'saveSession':
       return callWithHandle(msg, (h) => engine.saveSession(msg.path, msg.json, h))
     case 'loadSession':
-      return callWithHandle(msg, (h) => engine.loadSession(msg.path, h))
+      return callWithHandle(msg, (h) => engine.loadSession(msg.path, msg.slot ?? null, h))
+    case 'saveSlot':
+      return callWithHandle(msg, (h) => engine.saveSlot(msg.slot, msg.path, h))
+    case 'eraseSlot':
+      return callWithHandle(msg, (h) => engine.eraseSlot(msg.slot, h))
     case 'saveNgramCache':
       return reply(msg.id, () => engine.saveNgramCache(msg.path ?? null))
     case 'saveSuffixCache':

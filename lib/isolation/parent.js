@@ -419,8 +419,16 @@ class IsolatedNative {
     this.#call({ kind: 'session', handle }, { t: 'saveSession', path: p, json })
   }
 
-  loadSession(p, handle) {
-    this.#call({ kind: 'session', handle }, { t: 'loadSession', path: p })
+  loadSession(p, slot, handle) {
+    this.#call({ kind: 'session', handle }, { t: 'loadSession', path: p, slot })
+  }
+
+  saveSlot(slot, p, handle) {
+    this.#call({ kind: 'session', handle }, { t: 'saveSlot', slot, path: p })
+  }
+
+  eraseSlot(slot, handle) {
+    this.#call({ kind: 'session', handle }, { t: 'eraseSlot', slot })
   }
 
   saveNgramCache(p) {

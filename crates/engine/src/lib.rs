@@ -214,6 +214,12 @@ impl Engine {
         let prepared =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(CompletionRequest, ChatPlan, PreparedPrompt)> {
                 let mut request = parse_request_json(json, &self.limits())?;
+                if let Some(slot) = request.id_slot.filter(|&s| s >= self.info.parallel) {
+                    return Err(EngineError::invalid(
+                        "id_slot",
+                        format!("no slot {slot}: this engine has {} (0 to {}), or -1", self.info.parallel, self.info.parallel - 1),
+                    ));
+                }
                 let plan = self.prepare(&mut request)?;
                 let tokens = self.tokenize_request(&request)?;
                 Ok((request, plan, tokens))

@@ -97,9 +97,48 @@ impl Engine {
         Ok((request, SessionJob::Save { path, conversation }))
     }
 
+    /// Queues a job with no request of its own (a slot's save or erase).
+    fn submit_slot_job(&self, session: SessionJob, sink: Box<dyn EventSink>) {
+        if self.is_closed() {
+            return sink.reply(Err(EngineError::disposed()));
+        }
+        let job = Job {
+            id: self.next_job_id(),
+            request: CompletionRequest::default(),
+            plan: ChatPlan::default(),
+            sink,
+            cancel: Arc::new(AtomicBool::new(false)),
+            session: Some(session),
+            compiled: None,
+            tokens: None,
+            media: Vec::new(),
+            encode_ms: 0.0,
+        };
+        if let Err(job) = self.shared.submit(job) {
+            job.sink.reply(Err(EngineError::disposed()));
+        }
+    }
+
+    /// Writes what idle slot `slot` holds (its cells and their tokens) to
+    /// `path`, as a session file `load_session` reads; `sink` gets the
+    /// answer (`{ tokens, exact, bytes }`).
+    pub fn save_slot(&self, slot: usize, path: &str, sink: Box<dyn EventSink>) {
+        match check_path(path) {
+            Ok(path) => self.submit_slot_job(SessionJob::SaveSlot { slot, path }, sink),
+            Err(e) => sink.reply(Err(e)),
+        }
+    }
+
+    /// Drops the cells idle slot `slot` holds; `sink` gets `{ tokens }`, the
+    /// tokens it held.
+    pub fn erase_slot(&self, slot: usize, sink: Box<dyn EventSink>) {
+        self.submit_slot_job(SessionJob::EraseSlot { slot }, sink)
+    }
+
     /// Reads and checks the session file at `path` on a thread of its own,
-    /// then queues it for a free slot; `sink` gets the answer.
-    pub fn load_session(&self, path: &str, sink: Box<dyn EventSink>) {
+    /// then queues it for a free slot (or for idle slot `slot`); `sink`
+    /// gets the answer.
+    pub fn load_session(&self, path: &str, slot: Option<usize>, sink: Box<dyn EventSink>) {
         let path = match check_path(path) {
             Ok(p) if !self.is_closed() => p,
             Ok(_) => return sink.reply(Err(EngineError::disposed())),
@@ -122,7 +161,7 @@ impl Engine {
                         plan: ChatPlan::default(),
                         sink,
                         cancel: Arc::new(AtomicBool::new(false)),
-                        session: Some(SessionJob::Load(Box::new(session))),
+                        session: Some(SessionJob::Load(Box::new(session), slot)),
                         compiled: None,
                         tokens: None,
                         media: Vec::new(),

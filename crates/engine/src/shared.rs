@@ -54,8 +54,13 @@ pub enum SessionJob {
     /// The request (its prompt, `n_predict` 0) is evaluated into a slot,
     /// then the slot's cells are written to `path` with `conversation`.
     Save { path: PathBuf, conversation: Value },
-    /// A checked session file's cells go into a free slot.
-    Load(Box<Session>),
+    /// A checked session file's cells go into a free slot, or into that
+    /// idle slot.
+    Load(Box<Session>, Option<usize>),
+    /// What an idle slot holds is written to `path`.
+    SaveSlot { slot: usize, path: PathBuf },
+    /// An idle slot's cells are dropped.
+    EraseSlot { slot: usize },
 }
 
 /// The n-gram caches and the suffix index shared by every request of an

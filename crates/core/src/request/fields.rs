@@ -181,6 +181,12 @@ pub const RETURN_PROGRESS: Field = Field::new(
     "false",
     "a progress event as the prompt is evaluated: { total, cache, processed, time_ms } before the first chunk and after each",
 );
+pub const ID_SLOT: Field = Field::new(
+    "id_slot",
+    Kind::Int { min: -1, max: I32_MAX },
+    "-1",
+    "the slot to run in when it is free (llama-server's: its cells are reused as far as they match); -1: the free slot whose cells fit the prompt best",
+);
 pub const IGNORE_EOS: Field = Field::new("ignore_eos", Kind::Bool, "false", "keep generating past end-of-generation tokens");
 pub const TEMPERATURE: Field = Field::new("temperature", Kind::Float { min: -INF, max: INF }, "0.8", "<= 0 is greedy");
 pub const TOP_K: Field = Field::new("top_k", Kind::Int { min: I32_MIN, max: I32_MAX }, "40", "top-k sampling (<= 0 disables)");
@@ -335,6 +341,7 @@ pub const REQUEST_FIELDS: &[Field] = &[
     CACHE_PROMPT,
     CONTEXT_SHIFT,
     RETURN_PROGRESS,
+    ID_SLOT,
     SPECULATIVE,
 ];
 

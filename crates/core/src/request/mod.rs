@@ -179,6 +179,9 @@ pub struct CompletionRequest {
     /// Progress events while the prompt is evaluated.
     pub return_progress: bool,
     pub ignore_eos: bool,
+    /// The slot it runs in when that one is free (`id_slot`; `None`: -1,
+    /// the free slot whose cells fit best).
+    pub id_slot: Option<usize>,
     pub sampling: SamplingParams,
     pub speculative: SpeculativeParams,
     /// LoRA adapters (id in load order, scale); `None`: the load scales.
@@ -228,6 +231,7 @@ impl Default for CompletionRequest {
             context_shift: true,
             return_progress: false,
             ignore_eos: false,
+            id_slot: None,
             sampling: SamplingParams::default(),
             speculative: SpeculativeParams::default(),
             lora: None,
@@ -291,6 +295,7 @@ impl CompletionRequest {
             ("n_predict", self.n_predict.into()),
             ("n_keep", self.n_keep.into()),
             ("ignore_eos", self.ignore_eos.into()),
+            ("id_slot", self.id_slot.map_or(-1, |s| s as i64).into()),
             ("logit_bias", logit_bias.into()),
             ("n_probs", self.n_probs.into()),
             ("grammar", self.grammar.as_deref().unwrap_or("").into()),

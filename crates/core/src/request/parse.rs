@@ -88,6 +88,7 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         context_shift: f.bool(&CONTEXT_SHIFT)?.unwrap_or(d.context_shift),
         return_progress: f.bool(&RETURN_PROGRESS)?.unwrap_or(d.return_progress),
         ignore_eos: f.bool(&IGNORE_EOS)?.unwrap_or(d.ignore_eos),
+        id_slot: f.int(&ID_SLOT)?.and_then(|s: i64| usize::try_from(s).ok()),
         sampling: parse_sampling(&f, limits)?,
         speculative: parse_speculative(f.get(&SPECULATIVE))?,
         lora: parse_lora(f.get(&LORA))?,

@@ -65,11 +65,11 @@ impl<'m> Worker<'m> {
     /// A panic while preparing (grammars, tokenizing: nothing of the
     /// engine's state is touched yet) fails this request only.
     pub fn admit(&mut self, mut job: Job) {
-        if matches!(job.session, Some(SessionJob::Load(_))) {
-            if let Some(SessionJob::Load(session)) = job.session.take() {
-                self.load_session(job, *session);
-            }
-            return;
+        match job.session.take() {
+            Some(SessionJob::Load(session, slot)) => return self.load_session(job, *session, slot),
+            Some(SessionJob::SaveSlot { slot, path }) => return self.save_slot(job, slot, path),
+            Some(SessionJob::EraseSlot { slot }) => return self.erase_slot(job, slot),
+            other => job.session = other,
         }
         if job.cancel.load(Ordering::SeqCst) && job.session.is_none() {
             let result = aborted_before_start(&job.request, &self.models.info, self.invariance.holds());
@@ -243,7 +243,7 @@ impl<'m> Worker<'m> {
             return job.sink.finish(Err(e));
         }
         let positions = crate::media::positions_of(&p.prompt.media);
-        let Some((i, start)) = self.place(&p.prompt.tokens, &positions, job.request.cache_prompt, tag) else { return };
+        let Some((i, start)) = self.place(&p.prompt.tokens, &positions, job.request.cache_prompt, tag, job.request.id_slot) else { return };
         let chain = self.chain(&job.request, &p.drafters, i, p.sampler.is_greedy(), p.sampler.seed(), p.constraint.clone());
         let (n_past, wait) = match start {
             Start::Ready(n) => (n, None),

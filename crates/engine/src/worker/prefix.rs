@@ -52,13 +52,22 @@ impl Worker<'_> {
     /// with nothing shared, an empty slot, else the least recently used.
     /// `tag`: the request's LoRA adapters (cells computed with others are
     /// not reused).
-    pub(super) fn place(&mut self, tokens: &[LlamaToken], positions: &Positions, reuse: bool, tag: u64) -> Option<(usize, Start)> {
+    pub(super) fn place(
+        &mut self,
+        tokens: &[LlamaToken],
+        positions: &Positions,
+        reuse: bool,
+        tag: u64,
+        prefer: Option<usize>,
+    ) -> Option<(usize, Start)> {
         let prompt = ids(tokens);
         let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_free()).collect();
         let own = |w: &Self, i: usize| if reuse { w.reuse(i, &prompt, tag) } else { 0 };
         let empty = free.iter().copied().find(|&i| self.slots[i].cached.is_empty());
         let best_own = free.iter().copied().max_by_key(|&i| (own(self, i), std::cmp::Reverse(i)))?;
         let target = match (own(self, best_own), empty) {
+            // The slot asked for (a request's `id_slot`), when it is free.
+            _ if prefer.is_some_and(|s| free.contains(&s)) => prefer.unwrap_or(best_own),
             (n, Some(e)) if n * 2 < self.slots[best_own].cached.len() => e,
             (0, None) => free.iter().copied().min_by_key(|&i| self.slots[i].used)?,
             (0, Some(e)) => e,
