@@ -670,3 +670,50 @@ fullTest('a model without a chat template chats in ChatML, as with llama-server'
     srv.kill()
   }
 })
+
+test("--slot-save-path: POST /slots/ID?action=save, restore and erase, as llama-server's; file names only; 501 without it", async () => {
+  const fs = require('node:fs')
+  const os = require('node:os')
+  const { createServer } = require('../server')
+  const { listen, close } = require('./server-helpers')
+  const { LlamaEngine } = require('..')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llama-engine-slots-'))
+  const engine = await LlamaEngine.load({ modelPath: TARGET, contextSize: 512, parallel: 2 })
+  const server = createServer({ engine, slotSavePath: dir, signals: false })
+  const bare = createServer({ engine, signals: false })
+  const base = await listen(server)
+  const bareBase = await listen(bare)
+  try {
+    const post = (b, route, body) => fetch(b + route, { method: 'POST', body: body === undefined ? undefined : JSON.stringify(body) })
+    const prompt = 'What is the capital of France? It is'
+    const first = await (await post(base, '/completion', { prompt, id_slot: 1, n_predict: 4, temperature: 0 })).json()
+    const held = engine.status().slots[1].cachedTokens
+    expect(held).toBeGreaterThanOrEqual(first.tokens_evaluated)
+    const saved = await (await post(base, '/slots/1?action=save', { filename: 'slot1.bin' })).json()
+    expect(saved).toMatchObject({ id_slot: 1, filename: 'slot1.bin', n_saved: held, n_written: fs.statSync(path.join(dir, 'slot1.bin')).size, timings: { save_ms: expect.any(Number) } })
+    const restored = await (await post(base, '/slots/0?action=restore', { filename: 'slot1.bin' })).json()
+    expect(restored).toMatchObject({ id_slot: 0, filename: 'slot1.bin', n_restored: held, n_read: saved.n_written })
+    // Slot 0 now holds it: only what differs is evaluated there.
+    const again = await (await post(base, '/completion', { prompt, id_slot: 0, n_predict: 4, temperature: 0 })).json()
+    expect(again.timings.cache_n).toBeGreaterThan(0)
+    expect(again.content).toBe(first.content)
+    expect(await (await post(base, '/slots/1?action=erase')).json()).toEqual({ id_slot: 1, n_erased: held })
+    for (const [route, body, status] of [
+      ['/slots/0?action=save', { filename: '../escape.bin' }, 400],
+      ['/slots/0?action=save', { filename: 'a/b.bin' }, 400],
+      ['/slots/0?action=restore', { filename: 'none.bin' }, 400],
+      ['/slots/0?action=fly', { filename: 'x.bin' }, 400],
+      ['/slots/x?action=save', { filename: 'x.bin' }, 400],
+      ['/slots/9?action=save', { filename: 'x.bin' }, 400],
+    ]) {
+      expect([route, body, (await post(base, route, body)).status]).toEqual([route, body, status])
+    }
+    expect(fs.readdirSync(dir).sort()).toEqual(['slot1.bin'])
+    expect((await post(bareBase, '/slots/0?action=erase')).status).toBe(501)
+  } finally {
+    await close(server)
+    await close(bare)
+    await engine.dispose()
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})

@@ -43,6 +43,7 @@ const DEFAULTS = {
   responsesFile: undefined,
   allowRemoteMedia: false,
   mediaPath: undefined,
+  slotSavePath: undefined,
   onError: undefined,
   router: undefined,
 }
@@ -63,15 +64,16 @@ function serverOptions(options = {}) {
     if (!Number.isInteger(o.sleepIdleMs) || o.sleepIdleMs < 0) throw new TypeError(`sleepIdleMs: expected a non-negative integer, got ${JSON.stringify(o.sleepIdleMs)}`)
     if (o.sleepIdleMs > 0 && typeof o.reloadEngine !== 'function') throw new TypeError('sleepIdleMs: needs reloadEngine (how the engine is loaded again), or a server that loads its own model (model)')
   }
-  if (o.mediaPath != null) {
-    if (typeof o.mediaPath !== 'string' || o.mediaPath === '') throw new TypeError('mediaPath: expected a directory')
+  for (const name of ['mediaPath', 'slotSavePath']) {
+    if (o[name] == null) continue
+    if (typeof o[name] !== 'string' || o[name] === '') throw new TypeError(`${name}: expected a directory`)
     let dir
     try {
-      dir = require('node:fs').statSync(o.mediaPath).isDirectory()
+      dir = require('node:fs').statSync(o[name]).isDirectory()
     } catch {
       dir = false
     }
-    if (!dir) throw new TypeError(`mediaPath: ${o.mediaPath} is not a directory`)
+    if (!dir) throw new TypeError(`${name}: ${o[name]} is not a directory`)
   }
   for (const name of ['modelAliases', 'modelTags']) {
     if (o[name] != null && !(Array.isArray(o[name]) && o[name].every((x) => typeof x === 'string' && x !== ''))) throw new TypeError(`${name}: expected an array of names`)
@@ -192,6 +194,8 @@ function createCore(engineOrPromise, options) {
         responses,
         /** The resumable streams (X-Conversation-Id). */
         streams,
+        /** Where POST /slots/{id}?action=save|restore reads and writes (llama-server's --slot-save-path). */
+        slotSavePath: opts.slotSavePath,
         /** GET /slots answers (llama-server's --no-slots: 501). */
         slots: opts.slots !== false,
         /** Asleep (--sleep-idle-seconds): the engine is unloaded until a request wakes it. */

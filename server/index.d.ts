@@ -86,6 +86,13 @@ export interface ServerOptions {
    */
   mediaPath?: string
   /**
+   * A directory (that exists) for llama-server's slot files: POST
+   * /slots/{id}?action=save|restore|erase save a slot's cells to a file
+   * named by the client in it, restore them into a slot, or drop them
+   * (`--slot-save-path`). Without it those answer 501.
+   */
+  slotSavePath?: string
+  /**
    * After this many ms without a request, the engine is disposed (its
    * memory given back; llama-server's `--sleep-idle-seconds`). GET /health,
    * /props (`is_sleeping: true`), /v1/models, /slots and /metrics answer

@@ -48,6 +48,7 @@ const PROTOCOLS = [
   require('./embeddings.js'),
   require('./anthropic.js'),
   require('./streams.js'),
+  require('./slot-files.js'),
 ]
 
 /** The handler of a generation route: the skeleton every API's generations run. */

@@ -135,7 +135,7 @@ export const SERVE_TABLE = [
   { key: 'models-autoload', names: ['--models-autoload'], negations: ['--no-models-autoload'], env: 'LLAMA_ARG_MODELS_AUTOLOAD', kind: 'bool', group: G.many, help: 'load a model when a request names it (off: a 400 until POST /models/load; a request\'s ?autoload= says otherwise)', def: 'on' },
 
   // llama-server's, for features this server lacks: named in the error.
-  { key: 'slot-save-path', names: ['--slot-save-path'], kind: 'string', arg: 'PATH', group: G.other, missing: 'saving slots over HTTP is not supported yet (the library has saveSession)' },
+  { key: 'slot-save-path', names: ['--slot-save-path'], env: 'LLAMA_ARG_SLOT_SAVE_PATH', kind: 'string', arg: 'DIR', group: G.other, help: 'POST /slots/ID?action=save|restore|erase: the cells of a slot saved to and restored from files of DIR (made if missing)' },
   { key: 'media-path', names: ['--media-path'], kind: 'string', arg: 'DIR', group: G.model, help: 'image parts may name files of DIR as file://PATH (never outside it)' },
   { key: 'sleep-idle-seconds', names: ['--sleep-idle-seconds'], kind: 'string', arg: 'N', group: G.server, help: 'unload the model after N seconds without a request; the next one loads it again (/health, /props, /v1/models, /slots, /metrics do not wake it; -1: never)', def: '-1' },
   { key: 'swa-full', names: ['--swa-full'], env: 'LLAMA_ARG_SWA_FULL', kind: 'bool', group: G.other, missing: 'a full-size SWA cache is not supported' },

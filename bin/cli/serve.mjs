@@ -1,7 +1,7 @@
 // `llama-engine serve`: its flags (llama-server's, from the options table
 // in serve-options.mjs), one model or many behind the router, and the
 // server's life: listening, signals, shutdown.
-import { existsSync } from 'node:fs'
+import { existsSync, mkdirSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { createRequire } from 'node:module'
 import net from 'node:net'
@@ -46,6 +46,10 @@ export function parseServe(argv, env = process.env) {
     const n = number('sleep-idle-seconds', v['sleep-idle-seconds'], 'int')
     if (n < -1) throw new UsageError(`--sleep-idle-seconds: expected -1 (never) or a number of seconds, got ${JSON.stringify(v['sleep-idle-seconds'])}`)
     if (n > 0) server.sleepIdleMs = n * 1000
+  }
+  if (v['slot-save-path'] !== undefined) {
+    mkdirSync(v['slot-save-path'], { recursive: true })
+    server.slotSavePath = resolve(v['slot-save-path'])
   }
   if (v['media-path'] !== undefined) {
     if (!existsSync(v['media-path'])) throw new UsageError(`--media-path: ${v['media-path']} does not exist`)
