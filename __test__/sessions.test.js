@@ -220,7 +220,7 @@ describe('sessions on disk', () => {
         console.log(JSON.stringify({ loaded, cached: r.tokens_cached, evaluated: r.tokens_evaluated, trace: JSON.stringify({ content: r.content, probs: r.completion_probabilities }) }));
       })();`
     const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { timeout: CHILD_TIMEOUT }).toString().trim().split('\n').at(-1))
-    expect(out.loaded).toEqual({ tokens: saved.tokens, exact: true, messages: conversation.messages })
+    expect(out.loaded).toEqual({ tokens: saved.tokens, exact: true, slot: expect.any(Number), messages: conversation.messages })
     expect(out.cached).toBe(saved.tokens)
     expect(out.trace).toBe(await computed(nextTurn))
   }, CHILD_TIMEOUT + 60_000)
