@@ -409,8 +409,14 @@ export interface SpeculativeOptions {
 }
 
 export interface CompletionRequest {
-  /** A string, or an array mixing strings and token ids. Exactly one of `prompt` and `messages`. */
-  prompt?: string | Array<string | number>
+  /**
+   * A string, or an array mixing strings and token ids; or llama-server's
+   * multimodal prompt: `prompt_string` with one file of `multimodal_data`
+   * (an image or audio clip in base64 or a `data:` URL; needs
+   * `mmprojPath`) per `<__media__>` in it, read where it stands. Exactly
+   * one of `prompt` and `messages`.
+   */
+  prompt?: string | Array<string | number> | { prompt_string: string; multimodal_data?: string[] }
   /**
    * A conversation, rendered with the model's chat template (the GGUF's, or
    * `chatTemplate` from load) with `add_generation_prompt` true; the

@@ -672,6 +672,19 @@ describe('through the server', () => {
     }
   })
 
+  test("/completion with llama-server's { prompt_string, multimodal_data }: the image where <__media__> stands, the answer of the same chat; a file per marker", async () => {
+    const prompt_string = engine.applyChatTemplate([{ role: 'user', content: `<__media__>${QUESTION}` }])
+    const post = async (body) => {
+      const res = await fetch(`${base}/completion`, { method: 'POST', body: JSON.stringify({ n_predict: 16, temperature: 0, ...body }) })
+      return { status: res.status, body: await res.json() }
+    }
+    const r = await post({ prompt: { prompt_string, multimodal_data: [images[1].bytes.toString('base64')] } })
+    expect(r.status).toBe(200)
+    expect(r.body.content).toBe(expected)
+    expect((await post({ prompt: { prompt_string, multimodal_data: [] } })).status).toBe(400)
+    expect((await post({ prompt: { prompt_string: 'no marker', multimodal_data: [images[1].bytes.toString('base64')] } })).body.error.message).toMatch(/one file per marker/)
+  })
+
   test('OpenAI Chat image_url (a data: URL) with the openai client', async () => {
     const OpenAI = require('openai')
     const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'x', maxRetries: 0 })

@@ -128,6 +128,61 @@ pub fn parse_media_part(part: &Map<String, Json>, ty: &str, at: &str) -> Result<
     Ok(MediaInput { kind, format, bytes, at: at.to_string() })
 }
 
+/// llama-server's marker of a media file's place in a prompt's text.
+pub const LLAMA_MEDIA_MARKER: &str = "<__media__>";
+
+/// llama-server's multimodal prompt, `{ prompt_string, multimodal_data:
+/// [base64 | data: URL, …] }` (at `at`): its text with each
+/// `<__media__>` as the engine's marker, and one file per marker, in
+/// order (an image or an audio clip, as its bytes say).
+pub fn multimodal_prompt(obj: &Map<String, Json>, at: &str) -> Result<(String, Vec<MediaInput>)> {
+    let text = match obj.get("prompt_string") {
+        Some(Json::String(t)) => t,
+        _ => return Err(EngineError::invalid(&format!("{at}.prompt_string"), "required: the prompt's text")),
+    };
+    if text.contains(MEDIA_MARKER) {
+        return Err(EngineError::invalid(&format!("{at}.prompt_string"), format!("text must not contain {MEDIA_MARKER}")));
+    }
+    let files = match obj.get("multimodal_data") {
+        None | Some(Json::Null) => &Vec::new(),
+        Some(Json::Array(f)) => f,
+        Some(other) => {
+            return Err(EngineError::invalid(
+                &format!("{at}.multimodal_data"),
+                format!("expected an array of files in base64, got {}", type_name(other)),
+            ))
+        }
+    };
+    let markers = text.matches(LLAMA_MEDIA_MARKER).count();
+    if markers != files.len() {
+        return Err(EngineError::invalid(
+            &format!("{at}.multimodal_data"),
+            format!("{} file(s) for {markers} {LLAMA_MEDIA_MARKER} marker(s) in prompt_string: one file per marker", files.len()),
+        ));
+    }
+    if files.len() > MAX_MEDIA_PARTS {
+        return Err(EngineError::invalid(
+            &format!("{at}.multimodal_data"),
+            format!("at most {MAX_MEDIA_PARTS} images and audio files per request"),
+        ));
+    }
+    let media = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let here = format!("{at}.multimodal_data[{i}]");
+            let Json::String(data) = f else {
+                return Err(EngineError::invalid(&here, format!("expected a file in base64, got {}", type_name(f))));
+            };
+            let payload = if data.starts_with("data:") { data_url_payload(data, &here)? } else { data.as_str() };
+            let bytes = decode_base64(payload).map_err(|why| EngineError::invalid(&here, why))?;
+            let (kind, format) = sniff(&bytes).map_err(|why| EngineError::invalid(&here, why))?;
+            Ok(MediaInput { kind, format, bytes, at: here })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((text.replace(LLAMA_MEDIA_MARKER, MEDIA_MARKER), media))
+}
+
 /// The base64 payload of a `data:` URL.
 fn data_url_payload<'a>(url: &'a str, at: &str) -> Result<&'a str> {
     if url.starts_with("http://") || url.starts_with("https://") {

@@ -182,6 +182,9 @@ pub struct CompletionRequest {
     /// The slot it runs in when that one is free (`id_slot`; `None`: -1,
     /// the free slot whose cells fit best).
     pub id_slot: Option<usize>,
+    /// The images and audio of a `{ prompt_string, multimodal_data }`
+    /// prompt, each standing in its text as `MEDIA_MARKER`.
+    pub prompt_media: Vec<media::MediaInput>,
     pub sampling: SamplingParams,
     pub speculative: SpeculativeParams,
     /// LoRA adapters (id in load order, scale); `None`: the load scales.
@@ -232,6 +235,7 @@ impl Default for CompletionRequest {
             return_progress: false,
             ignore_eos: false,
             id_slot: None,
+            prompt_media: Vec::new(),
             sampling: SamplingParams::default(),
             speculative: SpeculativeParams::default(),
             lora: None,
@@ -243,7 +247,7 @@ impl CompletionRequest {
     /// Its messages' images and audio, in order (each is a `MEDIA_MARKER`
     /// in its message's text).
     pub fn media(&self) -> Vec<&media::MediaInput> {
-        self.messages.iter().flatten().flat_map(|m| m.media.iter()).collect()
+        self.messages.iter().flatten().flat_map(|m| m.media.iter()).chain(&self.prompt_media).collect()
     }
 
     /// The `generation_settings` object of the legacy final response.

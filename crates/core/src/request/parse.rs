@@ -42,6 +42,15 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         (None, None) if infill.is_some() => (Vec::new(), None),
         (p, None) => (parse_prompt(p, limits.n_vocab)?, None),
     };
+    // llama-server's { prompt_string, multimodal_data }: its text as a chat's (special tokens parsed), its files.
+    let (prompt, prompt_media) = match f.get(&PROMPT) {
+        Some(Value::Object(obj)) if messages.is_none() => {
+            let (text, media) = super::media::multimodal_prompt(obj, PROMPT.name)?;
+            check_prompt_size(text.len())?;
+            (if media.is_empty() { vec![PromptPart::Text(text)] } else { vec![PromptPart::Chat(text)] }, media)
+        }
+        _ => (prompt, Vec::new()),
+    };
     let grammar = f.string(&GRAMMAR)?.filter(|g| !g.is_empty()).map(str::to_owned);
     if let Some(g) = &grammar {
         check_gbnf(g).map_err(|why| EngineError::invalid("grammar", why))?;
@@ -89,6 +98,7 @@ pub fn parse_request(value: &Value, limits: &RequestLimits) -> Result<Completion
         return_progress: f.bool(&RETURN_PROGRESS)?.unwrap_or(d.return_progress),
         ignore_eos: f.bool(&IGNORE_EOS)?.unwrap_or(d.ignore_eos),
         id_slot: f.int(&ID_SLOT)?.and_then(|s: i64| usize::try_from(s).ok()),
+        prompt_media,
         sampling: parse_sampling(&f, limits)?,
         speculative: parse_speculative(f.get(&SPECULATIVE))?,
         lora: parse_lora(f.get(&LORA))?,
@@ -258,10 +268,15 @@ fn parse_prompt(value: Option<&Value>, n_vocab: i32) -> Result<Vec<PromptPart>> 
             return Ok(vec![PromptPart::Text(text.clone())]);
         }
         Some(Value::Array(items)) => items,
+        // { prompt_string, multimodal_data }: read by the caller.
+        Some(Value::Object(_)) => return Ok(Vec::new()),
         Some(other) => {
             return Err(EngineError::invalid(
                 PROMPT.name,
-                format!("expected a string or an array of strings and token ids, got {}", type_name(other)),
+                format!(
+                    "expected a string, an array of strings and token ids, or {{ prompt_string, multimodal_data }}, got {}",
+                    type_name(other)
+                ),
             ))
         }
     };

@@ -1,5 +1,6 @@
 //! Unit tests of request parsing and validation.
 
+use super::media::MEDIA_MARKER;
 use super::parse::*;
 use super::*;
 use crate::error::ErrorCode;
@@ -304,7 +305,7 @@ fn malformed_requests() {
         (json!(5), "request"),
         (json!({ "prompt": 5 }), "prompt"),
         (json!({ "prompt": true }), "prompt"),
-        (json!({ "prompt": { "text": "x" } }), "prompt"),
+        (json!({ "prompt": { "text": "x" } }), "prompt.prompt_string"),
         (with(json!({ "n_predict": "5" })), "n_predict"),
         (with(json!({ "n_predict": 5.5 })), "n_predict"),
         (with(json!({ "n_predict": -2 })), "n_predict"),
@@ -444,7 +445,8 @@ fn generation_settings_shape() {
     assert_eq!(gs["reasoning_format"], "auto");
     assert_eq!(gs["reasoning_budget"], -1);
     assert_eq!(gs["lora"], Value::Null);
-    assert_eq!(gs.as_object().unwrap().len(), 33);
+    assert_eq!(gs["id_slot"], -1);
+    assert_eq!(gs.as_object().unwrap().len(), 34);
 
     let gs = ok(json!({ "prompt": "x", "grammar": "root ::= \"a\"" })).generation_settings(1, "m", &[]);
     assert_eq!(gs["seed"], -1);
@@ -529,4 +531,23 @@ fn chat_fields_need_messages_and_do_not_mix_with_grammars() {
     assert!(ok(json!({ "prompt": "x", "response_format": { "type": "json_object" } })).chat.response_format.is_some());
     // tool_choice none with a grammar: no calls, so the grammar stands.
     ok(json!({ "messages": msgs, "tools": tools, "tool_choice": "none", "grammar": "root ::= \"a\"" }));
+}
+
+#[test]
+fn a_multimodal_prompt_as_llama_server_takes_it() {
+    // A 1x1 PNG, in base64 and in a data: URL.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let r = ok(
+        json!({ "prompt": { "prompt_string": "A <__media__> and <__media__>.", "multimodal_data": [png, format!("data:image/png;base64,{png}")] } }),
+    );
+    assert_eq!(r.prompt, vec![PromptPart::Chat(format!("A {MEDIA_MARKER} and {MEDIA_MARKER}."))]);
+    assert_eq!(r.media().len(), 2);
+    assert_eq!(r.media()[1].at, "prompt.multimodal_data[1]");
+    // Without files it is plain text.
+    assert_eq!(ok(json!({ "prompt": { "prompt_string": "Hi" } })).prompt, vec![PromptPart::Text("Hi".into())]);
+    rejects(json!({ "prompt": { "prompt_string": "No marker", "multimodal_data": [png] } }), "prompt.multimodal_data");
+    rejects(json!({ "prompt": { "prompt_string": "<__media__>", "multimodal_data": ["bm90IGFuIGltYWdl"] } }), "prompt.multimodal_data[0]");
+    rejects(json!({ "prompt": { "prompt_string": "<__media__>", "multimodal_data": [5] } }), "prompt.multimodal_data[0]");
+    rejects(json!({ "prompt": { "multimodal_data": [] } }), "prompt.prompt_string");
+    rejects(json!({ "prompt": { "prompt_string": MEDIA_MARKER } }), "prompt.prompt_string");
 }
