@@ -93,7 +93,7 @@ describe("serve reads llama-server's command line", () => {
   test('a flag of llama-server this server lacks is an error naming it; unknown ones too', async () => {
     const { parseServe, UsageError } = await cli()
     for (const [argv, message] of [
-      [['--slot-save-path', '/tmp'], /--slot-save-path: saving slots/],
+      [['--swa-full'], /--swa-full: a full-size SWA cache is not supported/],
       [['-ctk', 'q8_0'], /-ctk: the KV cache is F16/],
       [['--reranking', '--pooling', 'mean'], /--reranking: a reranker's pooling is rank/],
       [['--no-such-flag'], /unknown option --no-such-flag/],
@@ -118,7 +118,9 @@ describe("serve reads llama-server's command line", () => {
     expect(SERVE_USAGE).toMatch(/-ub, --ubatch-size/)
     expect(SERVE_USAGE).toMatch(/--cors, --cors-origins/)
     expect(SERVE_USAGE).toMatch(/llama-server's;\s+the\s+engine\s+sizes\s+its\s+own\s+batches/)
-    expect(SERVE_USAGE).not.toMatch(/--slot-save-path/)
+    // A flag it lacks is not offered.
+    expect(SERVE_USAGE).not.toMatch(/--swa-full/)
+    expect(SERVE_USAGE).toMatch(/--slot-save-path DIR/)
   })
 })
 
